@@ -1,0 +1,3 @@
+from tilecast.cli import main
+
+main()

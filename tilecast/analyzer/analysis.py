@@ -1,0 +1,89 @@
+"""Give every node its outcome: costed, zero-cost (with a reason) or unsupported (estimated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ShapeError, TilecastError
+from . import costs  # noqa: F401  (importing the package registers every formula)
+from .graph import CONTROL_FLOW, Graph
+from .registry import REGISTRY, CostEntry, CostRegistry, ZeroCost
+from .types import NodeView, OpCost
+
+OUTCOMES = ("costed", "zero", "unsupported")
+
+
+@dataclass(frozen=True)
+class NodeResult:
+    node: NodeView
+    outcome: str  # one of OUTCOMES
+    cost: OpCost | None  # None for zero-cost nodes
+    reason: str = ""  # why zero-cost, or why unsupported
+
+    @property
+    def op_key(self) -> str:
+        """op_type, qualified by its domain outside the default ONNX domain."""
+        d = self.node.domain
+        return f"{d}::{self.node.op_type}" if d else self.node.op_type
+
+
+def _known_bytes(node: NodeView) -> int:
+    seen: dict[str, int] = {}
+    for t in (*node.inputs, *node.outputs):
+        if t is not None and t.shape is not None and -1 not in t.shape:
+            seen[t.name] = t.nbytes
+    return sum(seen.values())
+
+
+def _main_dtype(node: NodeView) -> str:
+    for t in (*node.outputs, *node.inputs):
+        if t is not None and t.dtype != "unknown":
+            return t.dtype
+    return "float32"
+
+
+def unsupported_result(node: NodeView, reason: str) -> NodeResult:
+    """A bytes-only, memory-bound estimate flagged ``estimated`` -- never a silent zero."""
+    nbytes = _known_bytes(node)
+    cost = OpCost("unsupported", 0, nbytes, _main_dtype(node), estimated=True,
+                  elements=sum(t.numel for t in node.outputs
+                               if t.shape is not None and -1 not in t.shape))
+    return NodeResult(node, "unsupported", cost, reason)
+
+
+def _check_bound(graph: Graph, node: NodeView) -> None:
+    unbound = graph.unbound_in(node)
+    if unbound:
+        tensor, dim = unbound[0]
+        hint = f"bind it with --dim {dim}=VALUE" if dim != "?" else "the graph leaves it unnamed"
+        raise ShapeError(f"symbolic dim '{dim}' of tensor '{tensor}' is unbound at node "
+                         f"'{node.name}' ({node.op_type}, shapes {node.shape_str()}); {hint}")
+
+
+def cost_node(graph: Graph, node: NodeView, registry: CostRegistry = REGISTRY) -> NodeResult:
+    entry = registry.lookup(node.domain, node.op_type, node.opset)
+    if isinstance(entry, ZeroCost):
+        return NodeResult(node, "zero", None, entry.reason)
+    if isinstance(entry, CostEntry):
+        _check_bound(graph, node)
+        return NodeResult(node, "costed", entry.fn(node))
+    if node.op_type in CONTROL_FLOW and not node.domain:
+        return unsupported_result(node, f"control flow ({node.op_type}): its subgraphs "
+                                        "are not costed")
+    where = f"domain '{node.domain}'" if node.domain else "the ONNX domain"
+    return unsupported_result(node, f"no cost formula for {node.op_type} in {where} "
+                                    f"(opset {node.opset})")
+
+
+def cost_graph(graph: Graph, registry: CostRegistry = REGISTRY) -> tuple[NodeResult, ...]:
+    results = []
+    for node in graph.nodes:
+        try:
+            results.append(cost_node(graph, node, registry))
+        except TilecastError:
+            raise
+        except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError) as exc:
+            # A formula met a graph it cannot read: say where, instead of a traceback.
+            raise ShapeError(f"cannot cost node '{node.name}' ({node.op_type}, shapes "
+                             f"{node.shape_str()}): {exc}") from None
+    return tuple(results)

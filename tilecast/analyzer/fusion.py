@@ -1,0 +1,135 @@
+"""Fusion groups: the kernels a fusing compiler (torch.compile / inductor style) would launch.
+
+Rules: cheap memory-bound nodes (elementwise, normalization, softmax, reductions, data movement)
+join their producer's group when the producer's output feeds only them, so the intermediate
+never reaches DRAM. Matmuls, convolutions and attention stay library kernels of their own and
+never fuse into each other; an elementwise group fed only by one matmul is reported as an
+epilogue that could fuse into it. Zero-cost nodes (Reshape, ...) are transparent. A group's
+bytes are its external inputs and outputs only.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from .analysis import NodeResult
+from .graph import Graph
+from .types import OpCost, RowDims
+
+FUSIBLE = ("elementwise", "normalization", "softmax", "reduction", "movement")
+# A fused group is named after its most expensive-to-schedule member: row kernels dominate.
+FAMILY_RANK = {"normalization": 4, "softmax": 3, "reduction": 2, "elementwise": 1, "movement": 0}
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    id: int
+    members: tuple[int, ...]  # indices into the NodeResult sequence, topological order
+    cost: OpCost | None  # None when every member is zero-cost
+    op_type: str
+    epilogue_of: str | None = None  # matmul/conv node this group could fuse into
+
+
+class _UnionFind:
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+def _fusible(r: NodeResult) -> bool:
+    return r.outcome == "zero" or (r.outcome == "costed" and r.cost.family in FUSIBLE)
+
+
+def _consumers(results: tuple[NodeResult, ...]) -> dict[str, list[int]]:
+    cons: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(results):
+        for t in r.node.inputs:
+            if t is not None and not t.is_initializer:
+                cons[t.name].append(i)
+    return cons
+
+
+def fusion_groups(graph: Graph, results: tuple[NodeResult, ...]) -> tuple[FusionGroup, ...]:
+    """Partition the nodes into fusion groups (every node in exactly one group)."""
+    cons = _consumers(results)
+    producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
+    outputs = set(graph.outputs)
+    uf = _UnionFind(len(results))
+    for i, r in enumerate(results):
+        if not _fusible(r):
+            continue
+        for t in r.node.outputs:
+            users = cons.get(t.name, [])
+            if len(users) == 1 and t.name not in outputs and _fusible(results[users[0]]):
+                uf.union(i, users[0])
+    members: dict[int, list[int]] = defaultdict(list)
+    for i in range(len(results)):
+        members[uf.find(i)].append(i)
+    groups = []
+    for gid, root in enumerate(sorted(members)):
+        idx = tuple(members[root])
+        groups.append(_make_group(gid, idx, results, cons, producer, outputs))
+    return tuple(groups)
+
+
+def _make_group(gid: int, idx: tuple[int, ...], results: tuple[NodeResult, ...],
+                cons: dict[str, list[int]], producer: dict[str, int], outputs: set[str],
+                ) -> FusionGroup:
+    rs = [results[i] for i in idx]
+    costed = [r for r in rs if r.cost is not None]
+    if len(idx) == 1 or not costed:
+        r = rs[0]
+        return FusionGroup(gid, idx, r.cost if len(idx) == 1 else None, r.node.op_type,
+                           None)
+    inside = set(idx)
+    ext_in, ext_out = _external_tensors(rs, inside, cons, producer, outputs)
+    lead = max(costed, key=lambda r: (FAMILY_RANK.get(r.cost.family, 0), r.cost.bytes))
+    cost = OpCost(
+        family=lead.cost.family,
+        flops=sum(r.cost.flops for r in costed),
+        bytes=sum(t.nbytes for t in (*ext_in, *ext_out)),
+        dtype=lead.cost.dtype,
+        rows=_group_rows(costed),
+        elements=max(r.cost.elements for r in costed),
+        estimated=any(r.cost.estimated for r in costed),
+    )
+    ops = "+".join(dict.fromkeys(r.node.op_type for r in costed))
+    return FusionGroup(gid, idx, cost, f"Fused[{ops}]",
+                       _epilogue_of(ext_in, producer, results))
+
+
+def _external_tensors(rs, inside, cons, producer, outputs):
+    ext_in: dict[str, object] = {}
+    ext_out: dict[str, object] = {}
+    for r in rs:
+        for t in r.node.inputs:
+            if t is not None and producer.get(t.name) not in inside and t.shape is not None:
+                ext_in[t.name] = t
+        for t in r.node.outputs:
+            used_outside = any(c not in inside for c in cons.get(t.name, []))
+            if (used_outside or t.name in outputs) and t.shape is not None:
+                ext_out[t.name] = t
+    return list(ext_in.values()), list(ext_out.values())
+
+
+def _group_rows(costed: list[NodeResult]) -> RowDims | None:
+    rows = [r.cost.rows for r in costed if r.cost.rows is not None]
+    return max(rows, key=lambda d: d.rows * d.cols) if rows else None
+
+
+def _epilogue_of(ext_in, producer, results) -> str | None:
+    srcs = {producer[t.name] for t in ext_in if t.name in producer}
+    heavy = [i for i in srcs if results[i].cost is not None
+             and results[i].cost.family in ("matmul", "conv")]
+    return results[heavy[0]].node.name if len(heavy) == 1 else None

@@ -1,0 +1,65 @@
+"""The predictor interface and the roofline baseline.
+
+A predictor maps costed kernels on a device to latencies, all kernels of a graph in one call
+(so learned predictors can batch them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from ..device_db.device import Device
+from .types import Kernel
+
+BOUNDS = ("compute", "memory", "overhead")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    latency_ms: float
+    bound: str  # one of BOUNDS
+    tile: str | None = None  # e.g. "128x64" for matmuls, "4x128" for row kernels
+    extrapolated: bool = False  # outside what the predictor was validated on
+
+
+@runtime_checkable
+class Predictor(Protocol):
+    name: str
+
+    def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
+        """One prediction per kernel, in order."""
+        ...
+
+
+def roofline_times_ms(kernel: Kernel, device: Device) -> tuple[float, float]:
+    """(compute time, memory time) in ms at the device's peaks for the kernel's dtype and unit."""
+    peak = device.peak_tflops(kernel.dtype, kernel.cost.unit) * 1e12
+    compute_ms = kernel.flops / peak * 1e3
+    memory_ms = kernel.bytes / device.mem_bandwidth_bytes_per_s * 1e3
+    return compute_ms, memory_ms
+
+
+def classify_bound(compute_ms: float, memory_ms: float, overhead_ms: float) -> str:
+    if overhead_ms >= max(compute_ms, memory_ms):
+        return "overhead"
+    return "compute" if compute_ms >= memory_ms else "memory"
+
+
+class RooflinePredictor:
+    """latency = max(FLOPs / peak, bytes / bandwidth) + the device's launch overhead."""
+
+    name = "roofline"
+
+    def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
+        overhead_ms = device.launch_overhead_us * 1e-3
+        out = []
+        for k in kernels:
+            compute_ms, memory_ms = roofline_times_ms(k, device)
+            out.append(Prediction(
+                latency_ms=max(compute_ms, memory_ms) + overhead_ms,
+                bound=classify_bound(compute_ms, memory_ms, overhead_ms),
+                extrapolated=k.cost.estimated,
+            ))
+        return out

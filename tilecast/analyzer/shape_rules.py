@@ -1,0 +1,97 @@
+"""Shape rules for ops ONNX shape inference does not know (com.microsoft fused ops and the like).
+
+Each rule maps the input shapes of a node to its output shapes. ``complete_missing_shapes``
+applies them where inference left outputs without a shape, then re-runs inference so the
+shapes flow on to the standard ops downstream.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import onnx
+from onnx import helper
+
+Shape = tuple[int | str, ...]
+ShapeRule = Callable[[Sequence[Shape | None], onnx.NodeProto], list[Shape | None]]
+MAX_ROUNDS = 16
+
+
+def _same_as_input0(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    # Fused elementwise/normalization ops: every output the node declares (main output, and the
+    # residual sum of SkipLayerNormalization) has the input's shape; stats outputs are skipped.
+    return [ins[0]] + [ins[0] if i == 3 else None for i in range(1, len(node.output))]
+
+
+def _attention(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    # com.microsoft Attention: input (B, S, hidden), weights (hidden, q + k + v hidden).
+    x, w = ins[0], ins[1] if len(ins) > 1 else None
+    sizes = next((list(a.ints) for a in node.attribute if a.name == "qkv_hidden_sizes"), None)
+    if x is None or (w is None and not sizes):
+        return [None]
+    v_hidden = sizes[2] if sizes else w[-1] // 3 if isinstance(w[-1], int) else w[-1]
+    return [(*x[:-1], v_hidden)]
+
+
+def _multi_head_attention(ins: Sequence[Shape | None], node: onnx.NodeProto,
+                          ) -> list[Shape | None]:
+    # query (B, S, D); value (B, L, Dv) or (B, N, L, H): output (B, S, Dv or N * H).
+    q = ins[0]
+    v = ins[2] if len(ins) > 2 else None
+    if q is None:
+        return [None]
+    if v is not None and len(v) == 4 and all(isinstance(d, int) for d in (v[1], v[3])):
+        return [(*q[:-1], v[1] * v[3])]
+    return [(*q[:-1], v[-1] if v is not None and len(v) == 3 else q[-1])]
+
+
+RULES: dict[tuple[str, str], ShapeRule] = {
+    **{("com.microsoft", op): _same_as_input0 for op in (
+        "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "SkipLayerNormalization",
+        "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding",
+        "LayerNormalization")},
+    ("", "SimplifiedLayerNormalization"): _same_as_input0,
+    ("com.microsoft", "Attention"): _attention,
+    ("com.microsoft", "MultiHeadAttention"): _multi_head_attention,
+}
+
+
+def _shape_of(vi: onnx.ValueInfoProto | None) -> Shape | None:
+    if vi is None or not vi.type.tensor_type.HasField("shape"):
+        return None
+    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
+                 for d in vi.type.tensor_type.shape.dim)
+
+
+def _apply_rules(model: onnx.ModelProto) -> bool:
+    g = model.graph
+    known = {vi.name: vi for vi in (*g.input, *g.output, *g.value_info)}
+    for t in g.initializer:
+        known.setdefault(t.name, helper.make_tensor_value_info(t.name, t.data_type, t.dims))
+    added = False
+    for node in g.node:
+        rule = RULES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
+        if rule is None or all(o in known for o in node.output if o):
+            continue
+        in_vis = [known.get(n) for n in node.input]
+        if in_vis[0] is None:
+            continue
+        elem = in_vis[0].type.tensor_type.elem_type
+        shapes = rule([_shape_of(v) for v in in_vis], node)
+        for name, shape in zip(node.output, shapes, strict=False):
+            if name and shape is not None and name not in known:
+                vi = helper.make_tensor_value_info(name, elem, list(shape))
+                g.value_info.append(vi)
+                known[name] = vi
+                added = True
+    return added
+
+
+def complete_missing_shapes(model: onnx.ModelProto,
+                            infer: Callable[[onnx.ModelProto], onnx.ModelProto],
+                            ) -> onnx.ModelProto:
+    for _ in range(MAX_ROUNDS):
+        if not _apply_rules(model):
+            break
+        model = infer(model)
+    return model

@@ -1,0 +1,227 @@
+"""Training mode: derive the backward and gradient-accumulation kernels from the forward graph.
+
+One training step = forward kernels, then in reverse graph order each node's backward kernels
+(by family, with their real shapes and bytes: no forward/backward ratio), then the gradient
+accumulation kernels, then (optionally) the optimizer update.
+
+- Which tensors need a gradient: parameters are float initializers with more than one element
+  (scalar constants and shape tensors are not trained); a float output needs one when any input
+  does. Integer/bool outputs (masks, indices, comparisons) never do.
+- A tensor read by k differentiable consumers gets k-1 gradient sums; every parameter gets one
+  accumulation into ``.grad`` (``grad += new``), as PyTorch does when ``.grad`` exists.
+- The backward starts from the graph outputs' gradients (no loss kernel is added).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+
+from .analysis import NodeResult
+from .graph import Graph
+from .types import Kernel, MatmulDims, NodeView, OpCost, RowDims, TensorInfo
+
+BackwardFn = Callable[[NodeResult, set[str]], list[tuple[str, OpCost]]]
+OPTIMIZERS = ("none", "sgd", "adam")
+# Optimizer update traffic per parameter element, in tensors of the parameter's size: SGD with
+# momentum reads param, grad, momentum and writes param, momentum (5); Adam reads param, grad,
+# exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq (7). FLOPs per element from the
+# update formulas (Adam: 2 moment FMAs, sqrt, divide, bias corrections, weight decay).
+OPTIMIZER_TRAFFIC = {"sgd": (5, 3), "adam": (7, 12)}
+
+
+def _nb(t: TensorInfo | None) -> int:
+    return t.nbytes if t is not None and t.shape is not None and -1 not in t.shape else 0
+
+
+def _elementwise(name: str, dtype: str, nbytes: int, elements: int, flops_per: int = 1,
+                 ) -> tuple[str, OpCost]:
+    return name, OpCost("elementwise", flops_per * elements, nbytes, dtype, elements=elements)
+
+
+def _reduce_to(t: TensorInfo, dy: TensorInfo, name: str) -> tuple[str, OpCost]:
+    """Sum a broadcast gradient back to the input's shape (e.g. a bias gradient)."""
+    out = max(t.numel, 1)
+    return name, OpCost("reduction", dy.numel, _nb(dy) + _nb(t), dy.dtype,
+                        rows=RowDims(out, dy.numel // out), elements=out)
+
+
+def _matmul_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    c, node = r.cost, r.node
+    a, b, y = node.input(0), node.input(1), node.outputs[0]
+    d = c.matmul
+    out: list[tuple[str, OpCost]] = []
+    if d is None:
+        return _generic_bw(r, need)
+    if a is not None and a.name in need:  # dA = dY . B^T
+        out.append(("dA", _mm(MatmulDims(d.b, d.m, d.k, d.n), _nb(y) + _nb(b) + _nb(a), c)))
+    if b is not None and b.name in need:  # dB = A^T . dY (summed over batch for a 2-D weight)
+        dims = MatmulDims(d.b, d.k, d.n, d.m)
+        out.append(("dB", _mm(dims, _nb(a) + _nb(y) + _nb(b), c)))
+    bias = node.input(2)
+    if bias is not None and bias.name in need:
+        out.append(_reduce_to(bias, y, "dC"))
+    return out
+
+
+def _mm(d: MatmulDims, nbytes: int, fwd: OpCost) -> OpCost:
+    return OpCost("matmul", 2 * d.b * d.m * d.n * d.k, nbytes, fwd.dtype, unit="matrix",
+                  matmul=d, elements=d.b * d.m * d.n)
+
+
+def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    node, c = r.node, r.cost
+    x, w, y = node.input(0), node.input(1), node.outputs[0]
+    out = []
+    # dX is a transposed convolution and dW a convolution of X with dY: each does exactly the
+    # forward's multiply-adds.
+    if x is not None and x.name in need:
+        out.append(("dX", OpCost("conv", c.flops, _nb(y) + _nb(w) + _nb(x), c.dtype, "matrix",
+                                 elements=x.numel)))
+    if w is not None and w.name in need:
+        out.append(("dW", OpCost("conv", c.flops, _nb(x) + _nb(y) + _nb(w), c.dtype, "matrix",
+                                 elements=w.numel)))
+    bias = node.input(2)
+    if bias is not None and bias.name in need:
+        out.append(_reduce_to(bias, y, "dB"))
+    return out
+
+
+def _elementwise_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    node, y = r.node, r.node.outputs[0]
+    out = []
+    for i, t in enumerate(node.inputs):
+        if t is None or t.name not in need:
+            continue
+        passthrough = node.op_type == "Add" or (node.op_type == "Sub" and i == 0)
+        if passthrough:
+            # d(a+b)/da = 1: autograd passes dY through; only broadcasting needs a sum.
+            if t.shape != y.shape:
+                out.append(_reduce_to(t, y, f"d{i}"))
+            continue
+        # dX_i = dY * f'(inputs): reads dY and the forward inputs, writes dX_i at full size.
+        reads = _nb(y) + sum(_nb(u) for u in dict.fromkeys(node.inputs) if u is not None)
+        per = max(1, r.cost.flops // max(r.cost.elements, 1))
+        out.append(_elementwise(f"d{i}", y.dtype, reads + _nb(y), y.numel, per))
+        if t.shape != y.shape:
+            out.append(_reduce_to(t, y, f"d{i}_sum"))
+    return out
+
+
+def _rows_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    """Softmax / normalization: one row kernel for dX, plus column sums for scale and bias."""
+    node, c, y = r.node, r.cost, r.node.outputs[0]
+    x = node.input(0)
+    out = []
+    if x is not None and x.name in need:
+        params = sum(_nb(t) for t in node.inputs[1:] if t is not None and t.is_initializer)
+        out.append(("dX", OpCost(c.family, 2 * c.flops, 3 * _nb(y) + params, c.dtype,
+                                 rows=c.rows, elements=y.numel)))
+    params = [t for t in node.inputs[1:] if t is not None and t.name in need]
+    if params:
+        cols = max(params[0].numel, 1)
+        out.append(("dParams", OpCost("reduction", 2 * y.numel * len(params),
+                                      _nb(x) + _nb(y) + sum(_nb(t) for t in params), c.dtype,
+                                      rows=RowDims(cols, y.numel // cols), elements=cols)))
+    return out
+
+
+def _gather_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    node, y = r.node, r.node.outputs[0]
+    data, idx = node.input(0), node.input(1)
+    if data is None or data.name not in need:
+        return []
+    # Dense embedding/gather backward: zero-fill the whole gradient, then scatter-add dY rows.
+    return [("dData", OpCost("gather", y.numel, _nb(data) + _nb(y) + _nb(idx), y.dtype,
+                             elements=y.numel))]
+
+
+def _generic_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    """Data movement, pooling, reductions, attention and estimated ops: the gradient moves the
+    same tensors in the other direction (dY read, dX written), with the forward's FLOPs
+    (attention: 4 gradient matmuls against the forward's 2, so twice its FLOPs)."""
+    node, c = r.node, r.cost
+    grads = [t for t in node.inputs if t is not None and t.name in need]
+    if not grads:
+        return []
+    flops = 2 * c.flops if c.family == "attention" else c.flops
+    nbytes = sum(_nb(t) for t in node.outputs) + sum(2 * _nb(t) for t in grads)
+    return [("dX", OpCost(c.family, flops, nbytes, c.dtype, c.unit, c.matmul, c.rows,
+                          c.elements, c.estimated))]
+
+
+BACKWARD: dict[str, BackwardFn] = {
+    "matmul": _matmul_bw, "conv": _conv_bw, "elementwise": _elementwise_bw,
+    "softmax": _rows_bw, "normalization": _rows_bw, "gather": _gather_bw,
+}
+
+
+def trainable(results: Sequence[NodeResult]) -> tuple[set[str], dict[str, TensorInfo]]:
+    """(tensors that need a gradient, parameters by name)."""
+    params: dict[str, TensorInfo] = {}
+    need: set[str] = set()
+    for r in results:
+        for t in r.node.inputs:
+            if (t is not None and t.is_initializer and t.dtype.startswith(("float", "bfloat"))
+                    and t.shape is not None and t.numel > 1):
+                params[t.name] = t
+                need.add(t.name)
+        if any(t is not None and t.name in need for t in r.node.inputs):
+            need.update(t.name for t in r.node.outputs
+                        if t.dtype.startswith(("float", "bfloat")))
+    return need, params
+
+
+def _accumulation(results: Sequence[NodeResult], need: set[str],
+                  params: dict[str, TensorInfo]) -> list[Kernel]:
+    uses: dict[str, int] = defaultdict(int)
+    tensors: dict[str, TensorInfo] = {}
+    for r in results:
+        if r.outcome == "zero" and not any(t.name in need for t in r.node.outputs):
+            continue
+        for t in dict.fromkeys(u for u in r.node.inputs if u is not None and u.name in need):
+            uses[t.name] += 1
+            tensors[t.name] = t
+    kernels = []
+    for name, n in uses.items():
+        t = tensors[name]
+        sums = n - 1 + (1 if name in params else 0)  # k-1 gradient sums, + grad += new
+        for j in range(sums):
+            _, cost = _elementwise("acc", t.dtype, 3 * _nb(t), t.numel)
+            kernels.append(Kernel(f"{name}.grad_acc{j}", (), "GradAccumulate", cost, "backward"))
+    return kernels
+
+
+def _optimizer(params: dict[str, TensorInfo], optimizer: str) -> list[Kernel]:
+    if optimizer == "none":
+        return []
+    traffic, flops = OPTIMIZER_TRAFFIC[optimizer]
+    return [Kernel(f"{name}.{optimizer}", (), f"{optimizer.capitalize()}Update",
+                   OpCost("elementwise", flops * t.numel, traffic * _nb(t), t.dtype,
+                          elements=t.numel), "update")
+            for name, t in params.items()]
+
+
+def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kernel]:
+    if r.cost is None or not any(t.name in need for t in node.outputs):
+        return []
+    fn = BACKWARD.get(r.cost.family, _generic_bw)
+    return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
+                   "backward") for suffix, cost in fn(r, need)]
+
+
+def training_kernels(graph: Graph, results: Sequence[NodeResult], forward: Sequence[Kernel],
+                     *, optimizer: str = "none") -> list[Kernel]:
+    """Forward kernels, then backward and gradient accumulation, then the optimizer step."""
+    if optimizer not in OPTIMIZERS:
+        from ..errors import TilecastError
+
+        raise TilecastError(f"unknown optimizer {optimizer!r}: choose one of "
+                            f"{', '.join(OPTIMIZERS)}")
+    need, params = trainable(results)
+    kernels = list(forward)
+    for r in reversed(results):
+        kernels.extend(backward_kernels(r.node, r, need))
+    kernels.extend(_accumulation(results, need, params))
+    kernels.extend(_optimizer(params, optimizer))
+    return kernels

@@ -1,0 +1,153 @@
+"""Value types shared by the analyzer, the predictors and the reports.
+
+Conventions, stated once for the whole project:
+- FLOPs: one fused multiply-add counts as 2 FLOPs; a compare, exp or divide counts as 1 unless a
+  cost formula says otherwise.
+- bytes: unique DRAM bytes, read plus written, once per distinct tensor, at the tensor's dtype
+  size. Caches are not modelled here; the predictors account for them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# ONNX TensorProto.DataType -> (name, bytes per element).
+DTYPES: dict[int, tuple[str, float]] = {
+    1: ("float32", 4), 2: ("uint8", 1), 3: ("int8", 1), 4: ("uint16", 2), 5: ("int16", 2),
+    6: ("int32", 4), 7: ("int64", 8), 8: ("string", 8), 9: ("bool", 1), 10: ("float16", 2),
+    11: ("float64", 8), 12: ("uint32", 4), 13: ("uint64", 8), 14: ("complex64", 8),
+    15: ("complex128", 16), 16: ("bfloat16", 2), 17: ("float8e4m3fn", 1),
+    18: ("float8e4m3fnuz", 1), 19: ("float8e5m2", 1), 20: ("float8e5m2fnuz", 1),
+    21: ("uint4", 0.5), 22: ("int4", 0.5), 23: ("float4e2m1", 0.5),
+}
+DTYPE_SIZE: dict[str, float] = {name: size for name, size in DTYPES.values()}
+
+FAMILIES = (
+    "matmul", "conv", "attention", "elementwise", "normalization", "softmax", "reduction",
+    "pooling", "gather", "movement", "unsupported",
+)
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One value of the graph. ``shape`` holds ints once symbolic dims are bound."""
+
+    name: str
+    shape: tuple[int, ...] | None  # None: rank unknown
+    dtype: str  # e.g. "float32"; "unknown" when the graph does not say
+    is_initializer: bool = False
+
+    @property
+    def numel(self) -> int:
+        if self.shape is None:
+            raise ValueError(f"tensor {self.name!r} has an unknown shape")
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> float:
+        return DTYPE_SIZE.get(self.dtype, 4)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.numel * self.itemsize)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A typed, read-only view of one ONNX node: what cost formulas see (never protobuf).
+
+    Missing optional inputs (empty names in ONNX) are kept as ``None`` so positions hold.
+    """
+
+    name: str
+    op_type: str
+    domain: str  # "" for the default ONNX domain
+    inputs: tuple[TensorInfo | None, ...]
+    outputs: tuple[TensorInfo, ...]
+    attrs: Mapping[str, Any] = field(default_factory=dict)
+    opset: int = 0
+
+    def attr(self, key: str, default: Any = None) -> Any:
+        return self.attrs.get(key, default)
+
+    def input(self, i: int) -> TensorInfo | None:
+        return self.inputs[i] if i < len(self.inputs) else None
+
+    def shape_str(self) -> str:
+        ins = ", ".join(str(list(t.shape)) if t and t.shape is not None else "?"
+                        for t in self.inputs)
+        outs = ", ".join(str(list(t.shape)) if t.shape is not None else "?"
+                         for t in self.outputs)
+        return f"({ins}) -> ({outs})"
+
+
+@dataclass(frozen=True)
+class MatmulDims:
+    """The (B, M, N, K) view of a matmul-like kernel: B independent (M x K) @ (K x N)."""
+
+    b: int
+    m: int
+    n: int
+    k: int
+
+
+@dataclass(frozen=True)
+class RowDims:
+    """Row-wise kernels (softmax, normalization, reductions): ``rows`` rows of ``cols``."""
+
+    rows: int
+    cols: int
+
+
+@dataclass(frozen=True)
+class OpCost:
+    """The static cost of one node (or one derived kernel).
+
+    ``unit`` says which peak applies: "matrix" (tensor/matrix cores when the dtype uses them)
+    or "vector" (CUDA cores / SIMD). ``estimated`` marks a bytes-only guess for an op tilecast
+    cannot cost exactly (unsupported ops), so reports can flag it.
+    """
+
+    family: str
+    flops: int
+    bytes: int
+    dtype: str
+    unit: str = "vector"
+    matmul: MatmulDims | None = None
+    rows: RowDims | None = None
+    elements: int = 0  # output elements (tile count of elementwise kernels derives from it)
+    estimated: bool = False
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One launched kernel as the predictors see it: a node, a fusion group, or a derived
+    backward / weight-update kernel. ``nodes`` are the ONNX node names it covers."""
+
+    name: str
+    nodes: tuple[str, ...]
+    op_type: str
+    cost: OpCost
+    phase: str = "forward"  # forward | backward | update
+    group: int | None = None  # fusion group id
+
+    @property
+    def family(self) -> str:
+        return self.cost.family
+
+    @property
+    def flops(self) -> int:
+        return self.cost.flops
+
+    @property
+    def bytes(self) -> int:
+        return self.cost.bytes
+
+    @property
+    def dtype(self) -> str:
+        return self.cost.dtype

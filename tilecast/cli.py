@@ -1,0 +1,204 @@
+"""The ``tilecast`` command line: a thin layer over the library.
+
+Library errors (``TilecastError``) become one ``Error:`` line and exit status 2 here, and only
+here. Every command's docstring is its ``--help``, with an example.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from . import __version__
+from .errors import TilecastError
+
+BAD_INPUT_EXIT = 2
+
+
+class TilecastGroup(click.Group):
+    """Turns library errors into one ``Error:`` line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TilecastError as exc:
+            _fail(str(exc))
+        except OSError as exc:  # unwritable -o path, disk full, ...
+            _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+        except KeyboardInterrupt:
+            _fail("interrupted")
+
+
+def _fail(message: str) -> None:
+    exc = click.ClickException(message.splitlines()[0] if message else "failed")
+    exc.exit_code = BAD_INPUT_EXIT
+    raise exc
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Print, or write ``output`` atomically so a failure never leaves a half-written file."""
+    if not output or output == "-":
+        click.echo(text, nl=False)
+        return
+    path = Path(output)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                               prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    click.echo(f"wrote {path}", err=True)
+
+
+def _parse_dims(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...],
+                ) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.strip().isdigit() or int(value) <= 0:
+            raise click.BadParameter(f"{item!r}: expected NAME=POSITIVE_INT, e.g. batch=8")
+        dims[name.strip()] = int(value)
+    return dims
+
+
+# Shared options: one definition each, reused by every command that takes them.
+def output_options(formats: tuple[str, ...]) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        fn = click.option("-o", "--output", type=click.Path(dir_okay=False),
+                          help="Write to FILE instead of stdout.")(fn)
+        return click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
+                            show_default=True, help="Output format.")(fn)
+    return deco
+
+
+def model_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--dim", "dims", multiple=True, callback=_parse_dims, metavar="NAME=N",
+                     help="Bind a symbolic dim (repeatable), e.g. --dim batch=8."),
+        click.option("--mode", type=click.Choice(("inference", "training")),
+                     default="inference", show_default=True),
+        click.option("--fusion/--no-fusion", default=False, show_default=True,
+                     help="Forecast fused execution (torch.compile-style fusion groups)."),
+        click.option("--predictor", default="default", show_default=True,
+                     help="default (learned if shipped), learned, roofline, or a .onnx path."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
+@click.group(cls=TilecastGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tilecast")
+def main() -> None:
+    """Forecast deep learning latency on GPUs from an ONNX graph, without the GPU.
+
+    \b
+    Example:
+      tilecast analyze model.onnx --device l4
+      tilecast devices
+    """
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-d", "--device", required=True, help="GPU name/alias, or a device JSON path.")
+@model_options
+@click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
+              show_default=True, help="Training mode: add the optimizer step.")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
+              help="How many of the slowest kernels to list.")
+@output_options(("table", "json", "csv", "markdown"))
+def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
+            predictor: str, optimizer: str, top: int, fmt: str, output: str | None) -> None:
+    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
+
+    \b
+    Example:
+      tilecast analyze model.onnx --device l4 --dim batch=8 --top 5
+      tilecast analyze model.onnx --device a100-80gb --mode training --optimizer adam
+      tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
+    """
+    from .analyzer.pipeline import analyze as run
+    from .report import render
+
+    forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
+                   optimizer=optimizer)
+    write_output(render(forecast, fmt, top), output)
+
+
+@main.group(invoke_without_command=True)
+@output_options(("table", "json"))
+@click.pass_context
+def devices(ctx: click.Context, fmt: str, output: str | None) -> None:
+    """List the GPUs in the device database.
+
+    \b
+    Example:
+      tilecast devices
+      tilecast devices show l4
+    """
+    if ctx.invoked_subcommand is None:
+        from .device_db.report import render_devices
+
+        write_output(render_devices(fmt), output)
+
+
+@devices.command("show")
+@click.argument("name")
+@output_options(("table", "json"))
+def devices_show(name: str, fmt: str, output: str | None) -> None:
+    """Print one GPU's description with its sources.
+
+    \b
+    Example:
+      tilecast devices show "NVIDIA H100 80GB HBM3"
+    """
+    from .device_db.report import render_device
+
+    write_output(render_device(name, fmt), output)
+
+
+@main.command()
+@click.argument("labels_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--models", "models_dir", type=click.Path(exists=True, file_okay=False,
+              path_type=Path), help="Model configs (default: models/ beside LABELS_DIR).")
+@click.option("--published", "published_dir", type=click.Path(exists=True, file_okay=False,
+              path_type=Path), help="The paper's published/ tables, for its error per cell.")
+@click.option("--gpu", "gpus", multiple=True, help="Only these GPUs (repeatable).")
+@click.option("--predictor", default="default", show_default=True,
+              help="default, learned, roofline, or a predictor .onnx path.")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Export cache (default: $TILECAST_CACHE or ~/.cache/tilecast).")
+@output_options(("table", "json", "markdown"))
+def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | None,
+             gpus: tuple[str, ...], predictor: str, cache_dir: Path | None, fmt: str,
+             output: str | None) -> None:
+    """Compare forecasts with measured end-to-end latencies, beside the paper's errors.
+
+    LABELS_DIR holds <GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json files.
+
+    \b
+    Example:
+      tilecast evaluate ../shared/datasets/neusight-asplos25/labels \\
+          --published ../shared/datasets/neusight-asplos25/published --gpu NVIDIA_L4
+    """
+    from .evaluation import evaluate as run_eval
+    from .evaluation.report import render_table
+
+    result = run_eval(labels_dir, models_dir=models_dir, published_dir=published_dir,
+                      gpus=gpus, predictor=predictor, cache_dir=cache_dir,
+                      progress=lambda msg: click.echo(msg, err=True))
+    text = result.to_json() if fmt == "json" else render_table(result, fmt == "markdown")
+    write_output(text, output)
+
+
+def run() -> None:  # pragma: no cover - console entry for `python -m tilecast`
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The :class:`Device` value: one GPU as the predictors see it. Loading lives in ``loader.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+# dtypes whose matmuls run on matrix units (tensor cores / matrix cores) when the GPU has them.
+MATRIX_DTYPES = {"tf32": "tf32", "float16": "fp16", "bfloat16": "bf16", "float8e4m3fn": "fp8",
+                 "float8e5m2": "fp8", "int8": "int8", "uint8": "int8"}
+
+
+@dataclass(frozen=True)
+class Interconnect:
+    nvlink_gbps: float | None = None  # NVLink (NVIDIA) total bidirectional GB/s
+    xgmi_gbps: float | None = None  # Infinity Fabric / xGMI (AMD) GB/s
+    pcie_gen: int | None = None
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU. Peaks are dense (no structured sparsity), at boost clock, in TFLOP/s (int8: TOP/s).
+
+    ``peak_tflops_fp32_matrix`` is set only where fp32 GEMMs run on matrix units without a
+    precision change (AMD CDNA matrix cores); NVIDIA fp32 GEMMs use the vector peak.
+    """
+
+    name: str
+    vendor: str  # "nvidia" | "amd"
+    arch: str  # pascal, volta, turing, ampere, ada, hopper, blackwell, cdna1, cdna2, cdna3
+    sm_count: int  # SMs (NVIDIA) or compute units (AMD)
+    cores_per_sm: int
+    boost_clock_mhz: float
+    memory_gb: float
+    mem_bandwidth_gbps: float
+    l2_cache_mb: float
+    peak_tflops_fp32: float  # vector
+    launch_overhead_us: float
+    peak_tflops_fp16_vector: float | None = None
+    peak_tflops_fp32_matrix: float | None = None
+    peak_tflops_tf32_matrix: float | None = None
+    peak_tflops_fp16_matrix: float | None = None
+    peak_tflops_bf16_matrix: float | None = None
+    peak_tflops_fp8_matrix: float | None = None
+    peak_tops_int8_matrix: float | None = None
+    interconnect: Interconnect = field(default_factory=Interconnect)
+    supported_dtypes: tuple[str, ...] = ("float32",)
+    aliases: tuple[str, ...] = ()
+    sources: Mapping[str, str] = field(default_factory=dict)
+    source_file: str = ""  # where it was loaded from (for reports)
+
+    def peak_tflops(self, dtype: str, unit: str) -> float:
+        """Attainable peak for a dtype on a unit ("matrix" or "vector").
+
+        fp32 matmuls use the vector peak on NVIDIA (PyTorch's default disables TF32) and the
+        fp32 matrix peak where the GPU has one (AMD CDNA). 16-bit and 8-bit matmuls use the
+        matrix peak of that dtype, falling back to fp16's and then to the vector peak.
+        """
+        if unit == "matrix":
+            if dtype in ("float32", "float64"):
+                return self.peak_tflops_fp32_matrix or self.peak_tflops_fp32
+            key = MATRIX_DTYPES.get(dtype)
+            peak = {
+                "tf32": self.peak_tflops_tf32_matrix, "fp16": self.peak_tflops_fp16_matrix,
+                "bf16": self.peak_tflops_bf16_matrix or self.peak_tflops_fp16_matrix,
+                "fp8": self.peak_tflops_fp8_matrix or self.peak_tflops_fp16_matrix,
+                "int8": self.peak_tops_int8_matrix,
+            }.get(key or "")
+            if peak:
+                return peak
+        if dtype in ("float16", "bfloat16") and self.peak_tflops_fp16_vector:
+            return self.peak_tflops_fp16_vector
+        return self.peak_tflops_fp32
+
+    @property
+    def mem_bandwidth_bytes_per_s(self) -> float:
+        return self.mem_bandwidth_gbps * 1e9
+
+    @property
+    def tflops_per_sm_fp32(self) -> float:
+        return self.peak_tflops_fp32 / self.sm_count

@@ -1,0 +1,10 @@
+"""``tilecast evaluate``: forecasts against measured end-to-end latencies, beside the paper's."""
+
+from __future__ import annotations
+
+from .labels import Label, Skipped, discover_labels
+from .published import load_published
+from .runner import EvalResult, Run, Summary, evaluate
+
+__all__ = ["Label", "Skipped", "discover_labels", "load_published", "evaluate", "EvalResult",
+           "Run", "Summary"]

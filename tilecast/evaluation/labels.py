@@ -1,0 +1,91 @@
+"""Find and validate measured-latency label files.
+
+Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json`` holding
+``e2e_latency`` in ms. Anything else is reported as skipped with the reason, never dropped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..device_db import Device, load_device
+from ..errors import DeviceError
+
+NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)"
+                  r"(?P<suffix>-[A-Za-z0-9_]+)?\.json$")
+MODES = {"inf": "inference", "train": "training"}
+# The shared dataset names one Switch run "switch4" while its config file is switchxl4.json.
+MODEL_ALIASES = {"switch4": "switchxl4"}
+
+
+@dataclass(frozen=True)
+class Label:
+    file: Path
+    gpu: str  # the GPU directory name, e.g. NVIDIA_L4
+    device: Device
+    model: str  # config file stem
+    config: Path
+    mode: str  # inference | training
+    seq: int
+    batch: int
+    variant: str  # plain | fusion
+    measured_ms: float
+
+
+@dataclass(frozen=True)
+class Skipped:
+    file: str
+    reason: str
+
+
+def _measured(path: Path) -> float:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"unreadable JSON ({exc})") from None
+    value = data.get("e2e_latency") if isinstance(data, dict) else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError("missing or non-numeric e2e_latency")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"e2e_latency must be a positive number, got {value}")
+    return float(value)
+
+
+def _parse(path: Path, root: Path, models: Path) -> Label:
+    m = NAME.match(path.name)
+    if m is None:
+        raise ValueError("name is not <model>-<inf|train>-<seq>-<batch>[-fusion].json")
+    if m["suffix"] not in (None, "-fusion"):
+        raise ValueError(f"variant '{m['suffix'][1:]}' (multi-GPU runs) is not evaluated")
+    try:
+        device = load_device(path.parent.name)
+    except DeviceError as exc:
+        raise ValueError(f"unknown GPU directory {path.parent.name!r}: {exc}") from None
+    stem = MODEL_ALIASES.get(m["model"], m["model"])
+    config = models / f"{stem}.json"
+    if not config.is_file():
+        raise ValueError(f"no model config {config.name} in {models}")
+    return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
+                 int(m["seq"]), int(m["batch"]), "fusion" if m["suffix"] else "plain",
+                 _measured(path))
+
+
+def discover_labels(root: Path, models: Path, gpus: tuple[str, ...] = (),
+                    ) -> tuple[list[Label], list[Skipped]]:
+    """All label files under ``root`` (optionally only the GPU dirs or devices in ``gpus``)."""
+    wanted = {load_device(g).name for g in gpus}
+    labels, skipped = [], []
+    for path in sorted(root.glob("*/*.json")):
+        rel = str(path.relative_to(root))
+        try:
+            label = _parse(path, root, models)
+        except ValueError as exc:
+            skipped.append(Skipped(rel, str(exc)))
+            continue
+        if not wanted or label.device.name in wanted:
+            labels.append(label)
+    return labels, skipped

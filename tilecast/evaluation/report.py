@@ -1,0 +1,36 @@
+"""Text and markdown tables of an :class:`EvalResult`."""
+
+from __future__ import annotations
+
+from .runner import EvalResult
+
+
+def _opt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def render_table(res: EvalResult, markdown: bool = False) -> str:
+    head = ["gpu", "model", "mode", "batch", "seq", "variant", "measured_ms", "predicted_ms",
+            "error_pct", "paper_error_pct"]
+    rows = [[r.gpu, r.model, r.mode, str(r.batch), str(r.seq), r.variant,
+             f"{r.measured_ms:.1f}", f"{r.predicted_ms:.1f}", f"{r.error_pct:.1f}",
+             _opt(r.paper_error_pct)] for r in res.runs]
+    shead = ["gpu", "mode", "variant", "n", "tilecast_mape_pct", "paper_mape_pct", "n_paper"]
+    srows = [[s.gpu, s.mode, s.variant, str(s.n), f"{s.mape_pct:.1f}",
+              _opt(s.paper_mape_pct), str(s.n_paper)] for s in res.summary]
+    out = [f"predictor: {res.predictor}", "", *_grid(head, rows, markdown), "",
+           *_grid(shead, srows, markdown)]
+    if res.skipped:
+        out += ["", f"skipped ({len(res.skipped)}):"]
+        out += [f"- {s.file}: {s.reason}" for s in res.skipped]
+    return "\n".join(out) + "\n"
+
+
+def _grid(head: list[str], rows: list[list[str]], markdown: bool) -> list[str]:
+    if markdown:
+        return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
+                *("| " + " | ".join(r) + " |" for r in rows)]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h)
+              for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    return [fmt.format(*head), *(fmt.format(*r) for r in rows)]

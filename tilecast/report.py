@@ -1,0 +1,112 @@
+"""Render a :class:`Forecast` as a text table, markdown, CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+from .analyzer.forecast import Forecast, KernelForecast
+
+FORMATS = ("table", "json", "csv", "markdown")
+CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
+              "bound", "tile", "extrapolated", "estimated", "nodes")
+
+
+def human(n: float, unit: str = "") -> str:
+    for scale, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {suffix}{unit}"
+    return f"{n:.0f} {unit}".rstrip()
+
+
+def _dims(k: KernelForecast) -> str:
+    c = k.kernel.cost
+    if c.matmul is not None:
+        m = c.matmul
+        return f"B{m.b} M{m.m} N{m.n} K{m.k}"
+    if c.rows is not None:
+        return f"{c.rows.rows}x{c.rows.cols}"
+    return f"{human(c.elements)} el" if c.elements else ""
+
+
+def _flag(k: KernelForecast) -> str:
+    return ("!" if k.kernel.cost.estimated else "") + ("*" if k.extrapolated else "")
+
+
+def _header_lines(f: Forecast) -> list[str]:
+    d = f.device
+    mode = f.mode + (" (fused)" if f.fusion else "")
+    dims = " ".join(f"{k}={v}" for k, v in sorted(f.dims.items()))
+    lines = [f"model      {f.model}" + (f"  [{dims}]" if dims else ""),
+             f"device     {d.name} ({d.arch}, {d.sm_count} SMs, "
+             f"{d.mem_bandwidth_gbps:g} GB/s)",
+             f"mode       {mode}",
+             f"predictor  {f.predictor}",
+             f"total      {f.total_ms:.3f} ms over {len(f.kernels)} kernels "
+             f"({f.node_count} nodes)"]
+    if len(f.by_phase) > 1:
+        lines.append("phases     " + ", ".join(f"{p} {v:.3f} ms" for p, v in f.by_phase.items()))
+    return lines
+
+
+def _unsupported_lines(f: Forecast) -> list[str]:
+    if not f.unsupported:
+        return ["unsupported ops: none"]
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(f.unsupported.items()))
+    return [f"unsupported ops: {ops}",
+            f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} ms "
+            "of the total)"]
+
+
+def render_table(f: Forecast, top: int = 10) -> str:
+    out = _header_lines(f) + ["", f"{'family':<14}{'ms':>12}{'share':>9}"]
+    total = f.total_ms or 1.0
+    for fam, ms in f.by_family.items():
+        out.append(f"{fam:<14}{ms:>12.3f}{ms / total:>8.1%}")
+    out += ["", f"top {top} kernels",
+            f"{'kernel':<34}{'op_type':<18}{'dims':<26}{'FLOPs':>10}{'bytes':>10}"
+            f"{'ms':>10}  {'bound':<9}tile"]
+    for k in f.top(top):
+        name = k.kernel.name if len(k.kernel.name) <= 33 else k.kernel.name[:30] + "..."
+        out.append(f"{name:<34}{k.kernel.op_type[:17]:<18}{_dims(k)[:25]:<26}"
+                   f"{human(k.kernel.flops):>10}{human(k.kernel.bytes, 'B'):>10}"
+                   f"{k.latency_ms:>10.4f}  {k.bound:<9}{k.tile or '-'}{_flag(k)}")
+    out += [""] + _unsupported_lines(f)
+    if f.extrapolated:
+        out.append("* extrapolated: outside the data the predictor was validated on "
+                   "(e.g. a dtype with no training data)")
+    return "\n".join(out) + "\n"
+
+
+def render_markdown(f: Forecast, top: int = 10) -> str:
+    out = [f"### tilecast forecast: {f.total_ms:.3f} ms on {f.device.name} ({f.mode})", ""]
+    out += [f"- {line}" for line in _header_lines(f)] + ["", "| family | ms | share |",
+                                                          "|---|---:|---:|"]
+    total = f.total_ms or 1.0
+    out += [f"| {fam} | {ms:.3f} | {ms / total:.1%} |" for fam, ms in f.by_family.items()]
+    out += ["", "| kernel | op_type | dims | ms | bound | tile |", "|---|---|---|---:|---|---|"]
+    out += [f"| `{k.kernel.name}` | {k.kernel.op_type} | {_dims(k)} | {k.latency_ms:.4f} | "
+            f"{k.bound} | {k.tile or '-'}{_flag(k)} |" for k in f.top(top)]
+    out += [""] + _unsupported_lines(f)
+    return "\n".join(out) + "\n"
+
+
+def render_csv(f: Forecast) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, extrasaction="ignore", lineterminator="\n")
+    w.writeheader()
+    for k in f.kernels:
+        row = k.to_dict()
+        row["nodes"] = ";".join(row["nodes"])
+        w.writerow(row)
+    return buf.getvalue()
+
+
+def render(f: Forecast, fmt: str, top: int = 10) -> str:
+    if fmt == "json":
+        return f.to_json()
+    if fmt == "csv":
+        return render_csv(f)
+    if fmt == "markdown":
+        return render_markdown(f, top)
+    return render_table(f, top)
