@@ -19,8 +19,8 @@ CHAIN = """
 g (float[64, 128] x, float[128, 256] w, float[256] b) => (float[64, 256] z) {
   h = MatMul(x, w)
   hb = Add(h, b)
-  r = Reshape(hb, s)
   s = Constant<value = int64[2] {64, 256}>()
+  r = Reshape(hb, s)
   a = Relu(r)
   z = Sigmoid(a)
 }"""

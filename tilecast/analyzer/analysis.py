@@ -27,11 +27,17 @@ class NodeResult:
         return f"{d}::{self.node.op_type}" if d else self.node.op_type
 
 
-def _known_bytes(node: NodeView) -> int:
-    seen: dict[str, int] = {}
-    for t in (*node.inputs, *node.outputs):
-        if t is not None and t.shape is not None and -1 not in t.shape:
-            seen[t.name] = t.nbytes
+def _known(t: object) -> bool:
+    return t is not None and t.shape is not None and -1 not in t.shape
+
+
+def _estimated_bytes(node: NodeView) -> int:
+    """Bytes of the tensors whose shapes are known; an output of unknown shape is assumed as
+    large as the largest input (ops ONNX cannot infer mostly keep their input's size)."""
+    seen: dict[str, int] = {t.name: t.nbytes for t in node.inputs if _known(t)}
+    largest = max(seen.values(), default=0)
+    for t in node.outputs:
+        seen[t.name] = t.nbytes if _known(t) else largest
     return sum(seen.values())
 
 
@@ -44,10 +50,9 @@ def _main_dtype(node: NodeView) -> str:
 
 def unsupported_result(node: NodeView, reason: str) -> NodeResult:
     """A bytes-only, memory-bound estimate flagged ``estimated`` -- never a silent zero."""
-    nbytes = _known_bytes(node)
+    nbytes = _estimated_bytes(node)
     cost = OpCost("unsupported", 0, nbytes, _main_dtype(node), estimated=True,
-                  elements=sum(t.numel for t in node.outputs
-                               if t.shape is not None and -1 not in t.shape))
+                  elements=sum(t.numel for t in node.outputs if _known(t)))
     return NodeResult(node, "unsupported", cost, reason)
 
 

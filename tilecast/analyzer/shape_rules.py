@@ -45,6 +45,27 @@ def _multi_head_attention(ins: Sequence[Shape | None], node: onnx.NodeProto,
     return [(*q[:-1], v[-1] if v is not None and len(v) == 3 else q[-1])]
 
 
+def _group_query_attention(ins: Sequence[Shape | None], node: onnx.NodeProto,
+                           ) -> list[Shape | None]:
+    # query (B, S, Hq * D), or packed (B, S, (Hq + 2 Hkv) * D) without key; past_key
+    # (B, Hkv, P, D): output (B, S, Hq * D), present_key / present_value (B, Hkv, P + S, D).
+    q = ins[0]
+    heads = {a.name: a.i for a in node.attribute if a.name in ("num_heads", "kv_num_heads")}
+    hq, hkv = heads.get("num_heads"), heads.get("kv_num_heads")
+    if q is None or len(q) != 3 or not isinstance(q[2], int) or not hq or not hkv:
+        return [None]
+    packed = len(ins) < 2 or not node.input[1]
+    d = q[2] // (hq + 2 * hkv) if packed else q[2] // hq
+    has_past = len(node.input) > 3 and bool(node.input[3])
+    past = ins[3] if has_past else None
+    total: int | str | None = q[1]
+    if has_past:
+        known = past is not None and isinstance(past[2], int) and isinstance(q[1], int)
+        total = past[2] + q[1] if known else None
+    present = (q[0], hkv, total, d) if total is not None else None
+    return [(q[0], q[1], hq * d), present, present]
+
+
 RULES: dict[tuple[str, str], ShapeRule] = {
     **{("com.microsoft", op): _same_as_input0 for op in (
         "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "SkipLayerNormalization",
@@ -53,6 +74,7 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("", "SimplifiedLayerNormalization"): _same_as_input0,
     ("com.microsoft", "Attention"): _attention,
     ("com.microsoft", "MultiHeadAttention"): _multi_head_attention,
+    ("com.microsoft", "GroupQueryAttention"): _group_query_attention,
 }
 
 

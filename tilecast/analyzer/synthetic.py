@@ -103,7 +103,7 @@ def gpt2_like(layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 32,
     ``batch`` may be a string to leave a symbolic dim."""
     b = _Builder()
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])
-    x = b.op("Gather", ["input_ids", b.weight("wte.weight", [vocab, hidden], dt := dtype)])
+    x = b.op("Gather", [b.weight("wte.weight", [vocab, hidden], dt := dtype), "input_ids"])
     pos = b.op("Gather", [b.weight("wpe.weight", [seq, hidden], dt),
                           b.const(np.arange(seq, dtype=np.int64), "position_ids")])
     x = b.op("Add", [x, pos])

@@ -62,7 +62,8 @@ class Device:
             key = MATRIX_DTYPES.get(dtype)
             peak = {
                 "tf32": self.peak_tflops_tf32_matrix, "fp16": self.peak_tflops_fp16_matrix,
-                "bf16": self.peak_tflops_bf16_matrix or self.peak_tflops_fp16_matrix,
+                # No fallback to fp16: GPUs without bf16 units (V100, T4) run bf16 slowly.
+                "bf16": self.peak_tflops_bf16_matrix,
                 "fp8": self.peak_tflops_fp8_matrix or self.peak_tflops_fp16_matrix,
                 "int8": self.peak_tops_int8_matrix,
             }.get(key or "")
