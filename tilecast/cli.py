@@ -200,5 +200,41 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
     write_output(text, output)
 
 
+@main.command()
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Output folder (laid out like the shared dataset; resumable).")
+@click.option("--ops", default="matmul,linear,elementwise,softmax,layernorm,conv",
+              show_default=True, help="Op families or CSV op names, comma-separated.")
+@click.option("--dtype", "dtypes", default="fp32", show_default=True,
+              help="Comma-separated: fp32, tf32, fp16, bf16, fp8.")
+@click.option("--shapes", default="default", show_default=True,
+              help="default (sampled grid + zoo model shapes) or a CSV file of op,d1,d2,...")
+@click.option("--per-op", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Default grid: shapes sampled per op.")
+@click.option("--repeats", default=25, show_default=True, type=click.IntRange(min=1))
+@click.option("--device", "device_spec", default="cuda:0", show_default=True,
+              help="torch device: cuda:N, or cpu to test the collection without a GPU.")
+@click.option("--device-info", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON of device fields to record (peaks, bandwidth, clock) with sources.")
+def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repeats: int,
+            device_spec: str, device_info: Path | None) -> None:
+    """Measure kernels on your own device, to train or calibrate the predictor.
+
+    Times each op with CUDA events after warm-up (median and mean of the fastest runs),
+    records kernel names and grids with the torch profiler, and appends rows to CSVs in the
+    shared dataset's schema plus a dtype column. Interrupt and rerun: done rows are skipped.
+
+    \b
+    Example:
+      tilecast collect --out my-h100 --dtype bf16,fp16 --ops matmul,linear
+      tilecast collect --out /tmp/cpu-test --device cpu --shapes shapes.csv --repeats 3
+    """
+    from .learned.collect_cli import collect_command
+
+    summary = collect_command(out_dir, ops, dtypes, shapes, per_op, repeats, device_spec,
+                              device_info, echo=lambda m: click.echo(m, err=True))
+    click.echo(summary)
+
+
 def run() -> None:  # pragma: no cover - console entry for `python -m tilecast`
     sys.exit(main())

@@ -22,7 +22,7 @@ from ..errors import DeviceError
 from .device import Device, Interconnect
 
 GPUS_DIR = Path(__file__).with_name("gpus")
-VENDORS = ("nvidia", "amd")
+VENDORS = ("nvidia", "amd", "cpu")  # cpu: `tilecast collect --device cpu` test runs
 # ONNX element types by their lower-case names (onnx.TensorProto.DataType, FLOAT as "float32").
 ONNX_DTYPES = frozenset({
     "float64", "float32", "float16", "bfloat16", "float8e4m3fn", "float8e4m3fnuz", "float8e5m2",

@@ -1,0 +1,108 @@
+"""`tilecast collect --device cpu`: the GPU code path end to end on the CPU, and its bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tilecast.cli import main
+from tilecast.errors import ConfigError
+from tilecast.learned.collect_shapes import default_grid, parse_ops, read_shapes_file
+
+pytest.importorskip("torch", reason="tilecast collect needs the [collect] extra (torch)")
+
+SHAPES = """# op,dims
+bmm,2,32,32,16
+linear,1,64,32,16
+add,16,64
+gelu,16,64
+softmax,8,64
+ln,8,64
+conv,1,3,4,3,8,1,1
+"""
+
+
+def _collect(out: Path, shapes: Path, *extra: str):
+    return CliRunner().invoke(main, ["collect", "--out", str(out), "--device", "cpu",
+                                     "--shapes", str(shapes), "--repeats", "2", *extra])
+
+
+def _rows(out: Path, op: str) -> list[dict[str, str]]:
+    with (out / "kernels" / "cpu" / "train" / op / "cpu.csv").open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture
+def shapes_file(tmp_path: Path) -> Path:
+    path = tmp_path / "shapes.csv"
+    path.write_text(SHAPES)
+    return path
+
+
+def test_collect_on_cpu_writes_dataset_schema(tmp_path, shapes_file):
+    out = tmp_path / "out"
+    r = _collect(out, shapes_file, "--dtype", "fp32,bf16")
+    assert r.exit_code == 0, r.output
+    rows = _rows(out, "bmm")
+    assert [r["dtype"] for r in rows] == ["fp32", "bf16"]
+    row = rows[0]
+    assert (row["B"], row["M"], row["N"], row["K"]) == ("2", "32", "32", "16")
+    assert row["Device"] == "cpu" and float(row["Latency"]) > 0
+    assert float(row["Latency Fastest Mean"]) <= float(row["Latency"]) * 1.0001
+    assert "bmm" in row["Kernel Name"]
+    assert _rows(out, "conv")[0]["Kernel_Szie"] == "3"
+    device = json.loads((out / "devices" / "cpu.json").read_text())
+    assert device["vendor"] == "cpu" and device["peak_tflops_fp32"] > 0
+
+
+def test_collect_is_resumable(tmp_path, shapes_file):
+    out = tmp_path / "out"
+    assert _collect(out, shapes_file).exit_code == 0
+    r = _collect(out, shapes_file, "--dtype", "fp32,bf16")
+    assert r.exit_code == 0, r.output
+    assert "measured 7 kernels, 7 already" in r.output
+    assert len(_rows(out, "add")) == 2  # fp32 kept, bf16 appended
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--device", "cuda:0"], "no CUDA device"),
+    (["--device", "cpu", "--ops", "matmul,warp"], "unknown op 'warp'"),
+    (["--device", "cpu", "--dtype", "fp12"], "unknown dtype 'fp12'"),
+])
+def test_collect_bad_input(tmp_path, shapes_file, args, message):
+    import torch
+
+    if "cuda" in args[1] and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    r = CliRunner().invoke(main, ["collect", "--out", str(tmp_path / "o"), "--shapes",
+                                  str(shapes_file), *args])
+    assert r.exit_code != 0 and r.output.strip().splitlines()[-1].startswith("Error:")
+    assert message in r.output
+
+
+def test_malformed_shapes_row_names_the_line(tmp_path):
+    path = tmp_path / "s.csv"
+    path.write_text("bmm,1,2,3,4\n\nsoftmax,8,x\n")
+    with pytest.raises(ConfigError, match=r"s.csv:3: dims must be integers"):
+        read_shapes_file(path, parse_ops("matmul,softmax"))
+    r = CliRunner().invoke(main, ["collect", "--out", str(tmp_path / "o"), "--device", "cpu",
+                                  "--shapes", str(path)])
+    assert r.exit_code != 0 and "s.csv:3" in r.output
+
+
+def test_unwritable_output_folder(tmp_path, shapes_file):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    r = _collect(blocker / "sub", shapes_file)
+    assert r.exit_code != 0 and "not writable" in r.output
+
+
+def test_default_grid_is_deterministic_and_in_range():
+    a, b = default_grid("bmm", 50), default_grid("bmm", 50)
+    assert a == b and len(a) == 50
+    assert all(16 <= d <= 8192 for s in a for d in s.dims[1:])
+    assert all(s.dims[0] == 1 for s in default_grid("linear", 10))

@@ -1,0 +1,261 @@
+"""``tilecast collect``: time kernels on the user's own device, in the shared dataset's CSV schema.
+
+Output layout (readable by ``tilecast train --data DIR``, like the shared dataset)::
+
+    DIR/kernels/<vendor>/train/<op>/<device>.csv   one row per (shape, dtype), appended as measured
+    DIR/devices/<device>.json                      the device, from torch's properties
+
+Resumable: rows already in a CSV are skipped, and each row is flushed as soon as it is measured,
+so an interrupted collection keeps everything it measured. torch is imported lazily (the
+``[collect]`` extra).
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import ConfigError, TilecastError
+from .collect_shapes import OP_DIMS, Shape
+
+BASE_COLUMNS = ("OPName", "Latency", "Device", "Torch Version", "CUDNN Version", "Kernel Name",
+                "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z", "Block x",
+                "Block y", "Block z", "CUDA Version", "Kernels")
+EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats")
+FASTEST_FRACTION = 0.2  # "mean of the fastest runs": the fastest fifth, robust to stragglers
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    fastest_mean_ms: float
+    kernels: tuple[str, ...]  # every kernel launched, in order
+    main_kernel: str  # the longest-running one
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+def columns(op: str) -> tuple[str, ...]:
+    return (*BASE_COLUMNS, *OP_DIMS[op], *EXTRA_COLUMNS)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        raise TilecastError('tilecast collect needs torch: pip install "tilecast[collect]"'
+                            ) from None
+    return torch
+
+
+def resolve_device(spec: str):
+    torch = _torch()
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise TilecastError(f"no CUDA device is present for --device {spec}; use "
+                            "--device cpu to test the collection on the CPU")
+    try:
+        return torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"bad --device {spec!r}: {exc}") from None
+
+
+def device_label(device) -> str:
+    torch = _torch()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def summarize(times_ms: list[float]) -> tuple[float, float]:
+    fast = sorted(times_ms)[: max(1, int(len(times_ms) * FASTEST_FRACTION))]
+    return statistics.median(times_ms), sum(fast) / len(fast)
+
+
+def time_callable(fn: Callable[[], object], device, repeats: int, warmup: int = 3,
+                  warmup_s: float = 0.02) -> list[float]:
+    """Per-call latencies in ms: CUDA events on a GPU, perf_counter on the CPU. Warm-up runs
+    at least ``warmup`` calls and ``warmup_s`` seconds (clocks, caches, lazy library init)."""
+    import time
+
+    torch = _torch()
+    start_t, calls = time.perf_counter(), 0
+    while calls < warmup or (time.perf_counter() - start_t < warmup_s and calls < 1000):
+        fn()
+        calls += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    out = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end))
+        return out
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
+
+
+def existing_keys(path: Path) -> set[tuple[str, ...]]:
+    if not path.is_file():
+        return set()
+    with path.open(newline="") as fh:
+        rows = csv.DictReader(fh)
+        dims = [c for c in (rows.fieldnames or []) if c not in BASE_COLUMNS + EXTRA_COLUMNS]
+        return {(r["OPName"], r.get("dtype", "fp32"), *(r[d] for d in dims)) for r in rows}
+
+
+def row_for(shape: Shape, dtype: str, device_name: str, timing: Timing, versions: dict,
+            sm_count: int, repeats: int) -> dict[str, object]:
+    grid_n = timing.grid[0] * timing.grid[1] * timing.grid[2]
+    threads = timing.block[0] * timing.block[1] * timing.block[2]
+    return {
+        "OPName": shape.op, "Latency": timing.median_ms, "Device": device_name,
+        **versions, "Kernel Name": timing.main_kernel,
+        "Warps per SM": grid_n * threads / 32 / sm_count if sm_count else 0,
+        "Blocks per SM": grid_n / sm_count if sm_count else 0,
+        "Grid x": timing.grid[0], "Grid y": timing.grid[1], "Grid z": timing.grid[2],
+        "Block x": timing.block[0], "Block y": timing.block[1], "Block z": timing.block[2],
+        "Kernels": ";" + ";".join(timing.kernels), **shape.named, "dtype": dtype,
+        "Latency Fastest Mean": timing.fastest_mean_ms, "Repeats": repeats,
+    }
+
+
+class CsvSink:
+    """Appends rows to one CSV per op, header once, flushed per row (interrupt-safe)."""
+
+    def __init__(self, root: Path, vendor: str, device_name: str) -> None:
+        self.root, self.vendor = root, vendor
+        self.stem = device_name.replace(" ", "_").replace("/", "_")
+
+    def path(self, op: str) -> Path:
+        return self.root / "kernels" / self.vendor / "train" / op / f"{self.stem}.csv"
+
+    def append(self, op: str, row: dict[str, object]) -> None:
+        path = self.path(op)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        new = not path.exists()
+        with path.open("a", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=columns(op))
+            if new:
+                w.writeheader()
+            w.writerow(row)
+            fh.flush()
+
+
+def pending(shapes: Iterable[Shape], dtypes: tuple[str, ...], sink: CsvSink,
+            ) -> list[tuple[Shape, str]]:
+    """(shape, dtype) pairs not yet in the output (what makes collection resumable)."""
+    done: dict[str, set[tuple[str, ...]]] = {}
+    out = []
+    for shape in shapes:
+        keys = done.setdefault(shape.op, existing_keys(sink.path(shape.op)))
+        for dtype in dtypes:
+            if (shape.op, dtype, *map(str, shape.dims)) not in keys:
+                out.append((shape, dtype))
+    return out
+
+
+@dataclass(frozen=True)
+class CollectResult:
+    device: str
+    measured: int
+    skipped_existing: int
+    skipped_too_large: int
+    files: tuple[Path, ...]
+
+
+def _measured_peaks(device) -> tuple[float, float]:
+    """(fp32 matmul TFLOP/s, copy GB/s) measured on the device: for devices not in the DB."""
+    torch = _torch()
+    n = 2048 if device.type == "cuda" else 512
+    a = torch.rand((n, n), device=device)
+    ms = statistics.median(time_callable(lambda: a @ a, device, 5))
+    big = torch.empty(64 * 2**20 // 4, device=device)
+    copy_ms = statistics.median(time_callable(lambda: big.clone(), device, 5))
+    return 2 * n**3 / (ms * 1e-3) / 1e12, 2 * big.numel() * 4 / (copy_ms * 1e-3) / 1e9
+
+
+def describe_device(device, name: str, user: dict | None = None) -> dict:
+    """A tilecast-schema device JSON: the database entry when the name is known (datasheet
+    values), else torch's properties plus measured peaks, overridden by ``user`` fields."""
+    from ..device_db import load_device
+    from ..device_db.report import device_dict
+    from ..errors import DeviceError
+
+    try:
+        return {**device_dict(load_device(name)), **(user or {})}
+    except DeviceError:
+        pass
+    torch = _torch()
+    tflops, gbps = _measured_peaks(device)
+    measured = "measured by tilecast collect on this device"
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        sms, mem = p.multi_processor_count, p.total_memory / 1e9
+        prop = "torch.cuda.get_device_properties"
+    else:
+        import os
+
+        sms, mem, prop = os.cpu_count() or 1, 1.0, "os.cpu_count (memory not measured)"
+    desc = {
+        "name": name, "vendor": "nvidia" if device.type == "cuda" else "cpu",
+        "arch": "unknown", "aliases": [], "sm_count": sms, "cores_per_sm": 1,
+        "boost_clock_mhz": 1000.0, "memory_gb": round(mem, 2),
+        "mem_bandwidth_gbps": round(gbps, 2), "l2_cache_mb": 1.0,
+        "peak_tflops_fp32": round(tflops, 4), "launch_overhead_us": 5.0,
+        "supported_dtypes": ["float32", "float16", "bfloat16"],
+        "sources": {"sm_count": prop, "memory_gb": prop,
+                    "mem_bandwidth_gbps": measured + " (64 MB copy)",
+                    "peak_tflops_fp32": measured + " (fp32 matmul)",
+                    "cores_per_sm": "unknown: placeholder, pass --device-info to set it",
+                    "boost_clock_mhz": "unknown: placeholder, pass --device-info to set it",
+                    "l2_cache_mb": "unknown: placeholder, pass --device-info to set it",
+                    "launch_overhead_us": "tilecast default (see docs/devices.md)"},
+    }
+    user = dict(user or {})
+    desc["sources"].update(user.pop("sources", {}))
+    for key in user:
+        desc["sources"].setdefault(key, "supplied with --device-info")
+    return {**desc, **user}
+
+
+def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, device_spec: str,
+                   repeats: int, device_info: dict | None = None,
+                   progress: Callable[[int, int, str], None] | None = None,
+                   max_input_gb: float | None = None) -> CollectResult:
+    """Measure every pending (shape, dtype) and append it to the CSVs under ``out``."""
+    import json
+
+    from . import collect_ops
+
+    device = resolve_device(device_spec)
+    name = device_label(device)
+    desc = describe_device(device, name, device_info)
+    vendor = desc["vendor"]
+    sink = CsvSink(out, vendor, name)
+    (out / "devices").mkdir(parents=True, exist_ok=True)
+    (out / "devices" / f"{sink.stem}.json").write_text(json.dumps(desc, indent=2) + "\n")
+    todo = pending(shapes, dtypes, sink)
+    limit = (max_input_gb or (0.4 * desc["memory_gb"] if device.type == "cuda" else 2.0)) * 1e9
+    vers, measured, too_large = collect_ops.versions(device), 0, 0
+    for i, (shape, dtype) in enumerate(todo, 1):
+        if progress:
+            progress(i, len(todo), f"{shape.op} {dtype} {'x'.join(map(str, shape.dims))}")
+        if collect_ops.input_bytes(shape, dtype) > limit:
+            too_large += 1
+            continue
+        timing = collect_ops.measure(shape, dtype, device, repeats)
+        sink.append(shape.op, row_for(shape, dtype, name, timing, vers, desc["sm_count"],
+                                      repeats))
+        measured += 1
+    files = tuple(sorted({sink.path(s.op) for s in shapes if sink.path(s.op).exists()}))
+    return CollectResult(name, measured, len(shapes) * len(dtypes) - len(todo), too_large,
+                         files)

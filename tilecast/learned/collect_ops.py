@@ -1,0 +1,149 @@
+"""torch side of ``tilecast collect``: build each op on a device, profile its kernels.
+
+Only imported when collecting (needs torch, the ``[collect]`` extra).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from ..errors import ConfigError
+from .collect import Timing, summarize, time_callable
+from .collect_shapes import Shape
+
+TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
+                "bf16": torch.bfloat16}
+ELEMENTWISE: dict[str, Callable] = {
+    "add": lambda x, y: x + y, "addu": lambda x, y: x + 1.5, "mul": lambda x, y: x * y,
+    "mulu": lambda x, y: x * 1.5, "div": lambda x, y: x / y, "divu": lambda x, y: x / 1.5,
+    "pow": lambda x, y: torch.pow(x, y), "powu": lambda x, y: torch.pow(x, 2.0),
+    "relu": lambda x, y: F.relu(x), "gelu": lambda x, y: F.gelu(x),
+    "tanh": lambda x, y: torch.tanh(x),
+}
+
+
+def _rand(shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    # Values in [0.5, 1.5): no zeros to divide by, no negative bases for pow.
+    return torch.rand(shape, dtype=dtype, device=device) + 0.5
+
+
+def _fp8_linear(shape: Shape, device) -> Callable[[], object]:
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
+        raise ConfigError("fp8 kernels need a CUDA GPU with fp8 units (compute capability "
+                          ">= 8.9)")
+    _, m, n, k = shape.dims
+    a = _rand((m, k), torch.float16, device).to(torch.float8_e4m3fn)
+    b = _rand((n, k), torch.float16, device).to(torch.float8_e4m3fn).t()  # column-major
+    one = torch.ones((), device=device)
+    return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+
+
+def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
+    """A zero-argument callable running the op once on preallocated inputs."""
+    if dtype == "fp8":
+        if shape.op not in ("linear", "bmm") or shape.dims[0] != 1:
+            raise ConfigError(f"fp8 is collected for linear-shaped matmuls only, not {shape.op}")
+        return _fp8_linear(shape, device)
+    dt = TORCH_DTYPES[dtype]
+    d = shape.named
+    if shape.op == "bmm":
+        a, b = _rand((d["B"], d["M"], d["K"]), dt, device), _rand((d["B"], d["K"], d["N"]),
+                                                                  dt, device)
+        return lambda: torch.bmm(a, b)
+    if shape.op == "linear":
+        x, w = _rand((d["M"], d["K"]), dt, device), _rand((d["N"], d["K"]), dt, device)
+        return lambda: F.linear(x, w)
+    if shape.op == "conv":
+        x = _rand((d["B"], d["Input_Channel"], d["Input_Size"], d["Input_Size"]), dt, device)
+        w = _rand((d["Output_Channel"], d["Input_Channel"], d["Kernel_Szie"], d["Kernel_Szie"]),
+                  dt, device)
+        return lambda: F.conv2d(x, w, stride=d["Stride"], padding=d["Padding"])
+    x = _rand((d["B"], d["H"]), dt, device)
+    if shape.op == "softmax":
+        return lambda: torch.softmax(x, dim=-1)
+    if shape.op == "ln":
+        g, b = _rand((d["H"],), dt, device), _rand((d["H"],), dt, device)
+        return lambda: F.layer_norm(x, (d["H"],), g, b)
+    y = _rand((d["B"], d["H"]), dt, device)
+    fn = ELEMENTWISE[shape.op]
+    return lambda: fn(x, y)
+
+
+def input_bytes(shape: Shape, dtype: str) -> int:
+    size = 1 if dtype == "fp8" else 2 if dtype in ("fp16", "bf16") else 4
+    d = shape.named
+    if shape.op in ("bmm", "linear"):
+        return size * d["B"] * (d["M"] * d["K"] + d["K"] * d["N"] + d["M"] * d["N"])
+    if shape.op == "conv":
+        img = d["B"] * d["Input_Size"] ** 2
+        return size * (img * (d["Input_Channel"] + d["Output_Channel"])
+                       + d["Output_Channel"] * d["Input_Channel"] * d["Kernel_Szie"] ** 2)
+    return size * 3 * d["B"] * d["H"]
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """The profiler's C++ backend prints a line per start/stop on fd 2: silence it."""
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _profile(fn: Callable[[], object], device) -> tuple[list[str], list[dict]]:
+    """Names and args (grid, block) of what one call launches, from the profiler trace."""
+    from torch.profiler import ProfilerActivity, profile
+
+    act = [ProfilerActivity.CUDA] if device.type == "cuda" else [ProfilerActivity.CPU]
+    with _quiet_stderr(), profile(activities=act) as prof:
+        fn()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    cat = "kernel" if device.type == "cuda" else "cpu_op"
+    picked = [e for e in events if e.get("cat") == cat and e.get("ph") == "X"]
+    if device.type != "cuda":  # CPU: the outermost aten ops only
+        picked = [e for e in picked if e.get("name", "").startswith("aten::")][:1]
+    return [e["name"] for e in picked], picked
+
+
+def measure(shape: Shape, dtype: str, device, repeats: int) -> Timing:
+    fn = build(shape, dtype, device)
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+    torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    with torch.no_grad():
+        times = time_callable(fn, device, repeats)
+        names, events = _profile(fn, device)
+    median, fastest = summarize(times)
+    main = max(events, key=lambda e: e.get("dur", 0), default={})
+    args = main.get("args", {})
+    grid = tuple(args.get("grid", (0, 0, 0)))
+    block = tuple(args.get("block", (0, 0, 0)))
+    return Timing(median, fastest, tuple(names), main.get("name", ""), grid, block)
+
+
+def versions(device) -> dict[str, str]:
+    cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    return {"Torch Version": f"p{torch.__version__.split('+')[0]}",
+            "CUDNN Version": str(cudnn or ""),
+            "CUDA Version": f"cu{torch.version.cuda.replace('.', '')}"
+            if torch.version.cuda and device.type == "cuda" else device.type}

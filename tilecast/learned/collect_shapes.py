@@ -1,0 +1,150 @@
+"""What ``tilecast collect`` measures: op names, their dims, default shape grid, shapes files.
+
+Op names and dims follow the shared dataset's CSVs (``kernels/nvidia/train/<op>/<GPU>.csv``):
+bmm/linear ``B, M, N, K`` (linear: B=1, an (M x K) x (K x N) product); elementwise, softmax and
+layer norm ``B, H`` (B rows of H elements); conv ``B, Input_Channel, Output_Channel,
+Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's spelling).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import ConfigError
+
+MATMUL_DIMS = ("B", "M", "N", "K")
+ROW_DIMS = ("B", "H")
+CONV_DIMS = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
+             "Padding")
+ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu",
+               "tanh")
+OP_DIMS: dict[str, tuple[str, ...]] = {
+    "bmm": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS, "ln": ROW_DIMS,
+    "conv": CONV_DIMS, **{op: ROW_DIMS for op in ELEMENTWISE},
+}
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "matmul": ("bmm",), "linear": ("linear",), "elementwise": ELEMENTWISE,
+    "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",),
+}
+DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
+SEED = 20250322  # fixed: the default grid must be the same on every machine
+
+
+@dataclass(frozen=True)
+class Shape:
+    op: str
+    dims: tuple[int, ...]
+
+    @property
+    def named(self) -> dict[str, int]:
+        return dict(zip(OP_DIMS[self.op], self.dims, strict=True))
+
+
+def parse_ops(text: str) -> tuple[str, ...]:
+    """``matmul,softmax`` (families) or CSV op names (``add,bmm``) -> CSV op names."""
+    ops: list[str] = []
+    for item in (s.strip() for s in text.split(",") if s.strip()):
+        if item in FAMILIES:
+            ops.extend(FAMILIES[item])
+        elif item in OP_DIMS:
+            ops.append(item)
+        else:
+            known = ", ".join([*FAMILIES, *OP_DIMS])
+            raise ConfigError(f"unknown op {item!r}: choose from {known}")
+    return tuple(dict.fromkeys(ops))
+
+
+def parse_dtypes(text: str) -> tuple[str, ...]:
+    out = tuple(d.strip() for d in text.split(",") if d.strip())
+    bad = [d for d in out if d not in DTYPES]
+    if bad or not out:
+        raise ConfigError(f"unknown dtype {bad[0] if bad else text!r}: choose from "
+                          f"{', '.join(DTYPES)}")
+    return out
+
+
+def read_shapes_file(path: Path, ops: tuple[str, ...]) -> list[Shape]:
+    """Rows ``op,d1,d2,...`` (``#`` comments allowed); a malformed row names its line."""
+    shapes = []
+    with path.open(newline="") as fh:
+        for lineno, row in enumerate(csv.reader(fh), 1):
+            if not row or not row[0].strip() or row[0].lstrip().startswith("#"):
+                continue
+            op = row[0].strip()
+            if op not in OP_DIMS:
+                raise ConfigError(f"{path}:{lineno}: unknown op {op!r}")
+            want = OP_DIMS[op]
+            try:
+                dims = tuple(int(x) for x in row[1:])
+            except ValueError:
+                raise ConfigError(f"{path}:{lineno}: dims must be integers, got "
+                                  f"{','.join(row[1:])!r}") from None
+            if len(dims) != len(want) or any(d <= 0 for d in dims[: len(want) - 2 or None]):
+                raise ConfigError(f"{path}:{lineno}: {op} needs {len(want)} positive dims "
+                                  f"({', '.join(want)}), got {len(dims)}")
+            if op in ops:
+                shapes.append(Shape(op, dims))
+    return shapes
+
+
+def _log_uniform(rng: np.random.Generator, lo: int, hi: int, n: int, multiple: int = 1):
+    vals = np.exp(rng.uniform(np.log(lo), np.log(hi), n))
+    return [max(multiple, int(round(v / multiple)) * multiple) for v in vals]
+
+
+def default_grid(op: str, per_op: int = 200) -> list[Shape]:
+    """A log-uniform sample over the shared dataset's ranges (same seed everywhere)."""
+    rng = np.random.default_rng(SEED + sum(map(ord, op)))
+    if op in ("bmm", "linear"):
+        b = [1] * per_op if op == "linear" else _log_uniform(rng, 1, 512, per_op)
+        mnk = [_log_uniform(rng, 16, 8192, per_op, 16) for _ in range(3)]
+        return [Shape(op, (b[i], mnk[0][i], mnk[1][i], mnk[2][i])) for i in range(per_op)]
+    if op == "conv":
+        out = []
+        for _ in range(per_op):
+            k = int(rng.choice([1, 3, 5, 7]))
+            out.append(Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32])),
+                                  int(rng.choice([3, 16, 32, 64, 128, 256, 512])),
+                                  int(rng.choice([16, 32, 64, 128, 256, 512])), k,
+                                  int(rng.choice([7, 14, 28, 56, 112, 224])),
+                                  int(rng.choice([1, 2])), k // 2)))
+        return out
+    rows = _log_uniform(rng, 1, 65536, per_op)
+    cols = _log_uniform(rng, 32, 16384, per_op, 32)
+    return [Shape(op, (rows[i], cols[i])) for i in range(per_op)]
+
+
+def _config_sizes(cfg: dict) -> tuple[int, int, int] | None:
+    get = lambda *ks: next((cfg[k] for k in ks if isinstance(cfg.get(k), int)), None)  # noqa: E731
+    hidden = get("hidden_size", "n_embd", "d_model")
+    heads = get("num_attention_heads", "n_head", "num_heads")
+    if not hidden or not heads:
+        return None
+    return hidden, heads, get("intermediate_size", "n_inner", "d_ff", "ffn_dim") or 4 * hidden
+
+
+def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -> list[Shape]:
+    """The kernels of transformer layers of the given configs (linear, attention, rows)."""
+    out = []
+    for path in configs:
+        sizes = _config_sizes(json.loads(path.read_text()))
+        if sizes is None:
+            continue
+        h, heads, ffn = sizes
+        for b in batches:
+            for s in seqs:
+                t = b * s
+                out += {
+                    "linear": [Shape(op, (1, t, n, k)) for n, k in
+                               ((3 * h, h), (h, h), (ffn, h), (h, ffn))],
+                    "bmm": [Shape(op, (b * heads, s, s, h // heads)),
+                            Shape(op, (b * heads, s, h // heads, s))],
+                    "softmax": [Shape(op, (b * heads * s, s))],
+                    "ln": [Shape(op, (t, h))],
+                }.get(op, [Shape(op, (t, ffn))] if op in ELEMENTWISE else [])
+    return list(dict.fromkeys(out))
