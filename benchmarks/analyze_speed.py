@@ -81,7 +81,8 @@ def main() -> None:
         for pred in ("roofline", "default"):
             rows.append((f"tilecast.analyze (predictor={pred})",
                          measure("analyze", path, args.device, pred, args.repeats)))
-        print(f"{'in-process timing (median of %d)' % args.repeats:<44}{'seconds':>10}"
+        title = f"in-process timing (median of {args.repeats})"
+        print(f"{title:<44}{'seconds':>10}"
               f"{'x load':>9}{'peak RSS MB':>13}")
         for label, r in rows:
             print(f"{label:<44}{r['seconds']:>10.3f}{r['seconds'] / load['seconds']:>9.1f}"
