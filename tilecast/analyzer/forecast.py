@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ..device_db.device import Device
-from .types import Kernel
+from ..errors import ConfigError, DeviceError
+from .types import Kernel, MatmulDims, OpCost
 
 SCHEMA_VERSION = 1
 PHASES = ("forward", "backward", "update")
@@ -38,6 +41,30 @@ class KernelForecast:
             "matmul": None if c.matmul is None else
             {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
         }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "kernel") -> KernelForecast:
+        """Read back one ``to_dict()`` entry. Static detail the JSON does not hold (matrix or
+        vector unit, row dims, element count, fusion group id) keeps its default."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a JSON object")
+        name = _field(data, "name", str, where)
+        mm = data.get("matmul")
+        if mm is not None and not (isinstance(mm, Mapping) and all(
+                isinstance(mm.get(d), int) for d in "bmnk")):
+            raise ConfigError(f"{where}: field 'matmul' must be null or {{b, m, n, k}} ints")
+        cost = OpCost(family=_field(data, "family", str, where),
+                      flops=_field(data, "flops", int, where),
+                      bytes=_field(data, "bytes", int, where),
+                      dtype=str(data.get("dtype", "unknown")),
+                      matmul=None if mm is None else MatmulDims(mm["b"], mm["m"], mm["n"], mm["k"]),
+                      estimated=bool(data.get("estimated", False)))
+        kernel = Kernel(name, tuple(str(n) for n in data.get("nodes", (name,))),
+                        _field(data, "op_type", str, where), cost,
+                        phase=_field(data, "phase", str, where))
+        return cls(kernel, float(_field(data, "latency_ms", float, where)),
+                   _field(data, "bound", str, where), data.get("tile"),
+                   bool(data.get("extrapolated", False)))
 
 
 @dataclass(frozen=True)
@@ -105,6 +132,44 @@ class Forecast:
     def to_json(self, indent: int | None = 2) -> str:
         return json.dumps(self.to_dict(), indent=indent, sort_keys=False) + "\n"
 
+    @classmethod
+    def from_dict(cls, data: Any, *, device: Device | None = None,
+                  origin: str = "forecast JSON") -> Forecast:
+        """Read back ``to_dict()`` output (schema 1). ``device`` overrides the device named in
+        it, e.g. for a forecast made with a custom device JSON. Raises ``ConfigError`` naming
+        the bad field, or ``DeviceError`` when the device is not in the database."""
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{origin}: a forecast must be a JSON object")
+        schema = data.get("schema")
+        if schema != SCHEMA_VERSION:
+            from .. import __version__
+
+            found = "no 'schema' field" if schema is None else f"schema {schema!r}"
+            raise ConfigError(f"{origin}: found {found}; tilecast {__version__} reads forecast "
+                              f"schema {SCHEMA_VERSION} (re-create it with this version)")
+        kernels = _field(data, "kernels", list, origin)
+        return cls(
+            model=_field(data, "model", str, origin),
+            device=device or _known_device(_field(data, "device", str, origin), origin),
+            mode=_field(data, "mode", str, origin),
+            predictor=_field(data, "predictor", str, origin),
+            kernels=tuple(KernelForecast.from_dict(k, f"{origin}: kernels[{i}]")
+                          for i, k in enumerate(kernels)),
+            unsupported=dict(data.get("unsupported") or {}),
+            zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
+            dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
+        )
+
+    @classmethod
+    def from_json(cls, text: str, *, device: Device | None = None,
+                  origin: str = "forecast JSON") -> Forecast:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{origin} is not valid JSON (line {exc.lineno}: {exc.msg})"
+                              ) from None
+        return cls.from_dict(data, device=device, origin=origin)
+
     def to_dataframe(self):  # -> pandas.DataFrame (pandas is optional)
         try:
             import pandas as pd
@@ -118,3 +183,36 @@ class Forecast:
             for d in "bmnk":
                 r[f"matmul_{d}"] = mm.get(d)
         return pd.DataFrame(rows)
+
+
+def load_forecast(path: str | os.PathLike[str], *, device: Device | None = None) -> Forecast:
+    """Read a forecast saved by ``tilecast analyze --format json`` (or ``Forecast.to_json``)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read forecast {path}: {exc}") from None
+    return Forecast.from_json(text, device=device, origin=str(path))
+
+
+_KIND_NAMES = {str: "a string", int: "an integer", float: "a number", list: "a list"}
+
+
+def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
+    if key not in data:
+        raise ConfigError(f"{where}: field '{key}' is missing")
+    value = data[key]
+    ok = isinstance(value, (int, float) if kind is float else kind)
+    if not ok or isinstance(value, bool):
+        raise ConfigError(f"{where}: field '{key}' must be {_KIND_NAMES[kind]}, "
+                          f"got {type(value).__name__} {value!r}")
+    return value
+
+
+def _known_device(name: str, origin: str) -> Device:
+    from ..device_db import load_device
+
+    try:
+        return load_device(name)
+    except DeviceError:
+        raise DeviceError(f"{origin}: device {name!r} is not in the device database (load it "
+                          "with device=load_device('path/to/device.json'))") from None

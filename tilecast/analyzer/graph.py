@@ -69,16 +69,26 @@ def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> None:
                 d.dim_value = int(dims[d.dim_param])
 
 
+def _has_shape(vi: onnx.ValueInfoProto) -> bool:
+    return vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
+
+
 def _value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
+    """Values whose shape the graph records (an output declared without a type is not known;
+    later entries never hide an earlier shaped one)."""
     g = model.graph
-    return {vi.name: vi for vi in (*g.input, *g.output, *g.value_info)}
+    out: dict[str, onnx.ValueInfoProto] = {}
+    for vi in (*g.input, *g.value_info, *g.output):
+        if _has_shape(vi) or vi.name not in out:
+            out[vi.name] = vi
+    return out
 
 
 def _needs_inference(model: onnx.ModelProto, known: Mapping[str, Any]) -> bool:
     inits = {t.name for t in model.graph.initializer}
     for node in model.graph.node:
         for out in node.output:
-            if out and out not in known and out not in inits:
+            if out and out not in inits and (out not in known or not _has_shape(known[out])):
                 return True
     return False
 

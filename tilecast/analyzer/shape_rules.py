@@ -66,15 +66,42 @@ def _group_query_attention(ins: Sequence[Shape | None], node: onnx.NodeProto,
     return [(q[0], q[1], hq * d), present, present]
 
 
+def _fused_matmul(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    # alpha * op(A) @ op(B) with numpy broadcasting of the batch dims (transBatch* not handled).
+    flags = {a.name: a.i for a in node.attribute}
+    a, b = ins[0], ins[1] if len(ins) > 1 else None
+    if a is None or b is None or len(a) < 2 or len(b) < 2 or \
+            flags.get("transBatchA") or flags.get("transBatchB"):
+        return [None]
+    m = a[-1] if flags.get("transA") else a[-2]
+    n = b[-2] if flags.get("transB") else b[-1]
+    batch_a, batch_b = a[:-2], b[:-2]
+    rank = max(len(batch_a), len(batch_b))
+    batch_a = (1,) * (rank - len(batch_a)) + batch_a
+    batch_b = (1,) * (rank - len(batch_b)) + batch_b
+    batch = tuple(y if x == 1 else x for x, y in zip(batch_a, batch_b, strict=True))
+    return [(*batch, m, n)]
+
+
+def _matmul_n_bits(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    # A (..., K) @ packed 4-bit B: output (..., N), N an attribute.
+    n = next((a.i for a in node.attribute if a.name == "N"), None)
+    return [(*ins[0][:-1], n) if ins[0] is not None and n else None]
+
+
 RULES: dict[tuple[str, str], ShapeRule] = {
     **{("com.microsoft", op): _same_as_input0 for op in (
         "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "SkipLayerNormalization",
         "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding",
         "LayerNormalization")},
     ("", "SimplifiedLayerNormalization"): _same_as_input0,
+    # an ONNX function op without a shape-inference function of its own:
+    ("", "GroupNormalization"): _same_as_input0,
     ("com.microsoft", "Attention"): _attention,
     ("com.microsoft", "MultiHeadAttention"): _multi_head_attention,
     ("com.microsoft", "GroupQueryAttention"): _group_query_attention,
+    ("com.microsoft", "FusedMatMul"): _fused_matmul,
+    ("com.microsoft", "MatMulNBits"): _matmul_n_bits,
 }
 
 
@@ -87,7 +114,8 @@ def _shape_of(vi: onnx.ValueInfoProto | None) -> Shape | None:
 
 def _apply_rules(model: onnx.ModelProto) -> bool:
     g = model.graph
-    known = {vi.name: vi for vi in (*g.input, *g.output, *g.value_info)}
+    infos = {vi.name: vi for vi in (*g.input, *g.output, *g.value_info)}
+    known = {n: vi for n, vi in infos.items() if vi.type.tensor_type.HasField("shape")}
     for t in g.initializer:
         known.setdefault(t.name, helper.make_tensor_value_info(t.name, t.data_type, t.dims))
     added = False
@@ -96,14 +124,17 @@ def _apply_rules(model: onnx.ModelProto) -> bool:
         if rule is None or all(o in known for o in node.output if o):
             continue
         in_vis = [known.get(n) for n in node.input]
-        if in_vis[0] is None:
+        if not in_vis or in_vis[0] is None:
             continue
         elem = in_vis[0].type.tensor_type.elem_type
         shapes = rule([_shape_of(v) for v in in_vis], node)
         for name, shape in zip(node.output, shapes, strict=False):
             if name and shape is not None and name not in known:
                 vi = helper.make_tensor_value_info(name, elem, list(shape))
-                g.value_info.append(vi)
+                if name in infos:  # typed but shapeless: complete it in place, no duplicate
+                    infos[name].type.CopyFrom(vi.type)
+                else:
+                    g.value_info.append(vi)
                 known[name] = vi
                 added = True
     return added

@@ -1,0 +1,169 @@
+"""Attention costs (causal pairs, grouped-query kv bytes, fused projections), the registry's
+refusals, the zero-cost list, coverage of exported-model op types, and shape errors.
+
+Per score: QK^T 2*D + PV 2*Dv + 6 (scale, max, subtract, exp, sum, divide) [+1 with a mask].
+float32 = 4 bytes.
+"""
+
+from __future__ import annotations
+
+import onnx.parser
+import pytest
+
+import tilecast.analyzer.costs  # noqa: F401  (registers the formulas)
+from tilecast.analyzer.costs.attention import causal_pairs
+from tilecast.analyzer.graph import build_graph
+from tilecast.analyzer.registry import REGISTRY, CostEntry, ZeroCost
+from tilecast.analyzer.types import MatmulDims, NodeView, OpCost
+from tilecast.errors import ShapeError
+
+
+def node_of(inputs: str, body: str, op: str, opset: int = 23) -> NodeView:
+    """The first ``op`` node; a sink reads y so graph outputs do not pre-empt shape inference."""
+    text = (f'<ir_version: 10, opset_import: ["" : {opset}, "com.microsoft" : 1]>\n'
+            f"g ({inputs}) => (sink) {{\n{body}\n sink = Identity(y)\n}}")
+    return next(n for n in build_graph(onnx.parser.parse_model(text)).nodes if n.op_type == op)
+
+
+def cost_of(inputs: str, body: str, op: str, opset: int = 23) -> OpCost:
+    node = node_of(inputs, body, op, opset)
+    entry = REGISTRY.lookup(node.domain, node.op_type, node.opset)
+    assert isinstance(entry, CostEntry), f"{op} has no cost formula"
+    return entry.fn(node)
+
+
+QKV4 = "float[1,2,4,8] q, float[1,2,4,8] k, float[1,2,4,8] v"
+CASES = [
+    # MHA, B=1, H=2, S=4, D=8: scores 2*4*4 = 32 -> 32*(16 + 16 + 6) = 1216
+    # bytes: Q, K, V, Y 64 floats each
+    ("onnx_full", QKV4, "y = Attention(q, k, v)", "Attention", 1216, 4 * 64 * 4),
+    # causal: each head sees 1+2+3+4 = 10 of 16 pairs -> 20 scores * 38 = 760; same bytes
+    ("onnx_causal", QKV4, "y = Attention<is_causal=1>(q, k, v)", "Attention", 760, 4 * 64 * 4),
+    # a float mask adds 1 per score: 32 * 39; + mask (4,4) bytes
+    ("onnx_mask", QKV4 + ", float[4,4] m", "y = Attention(q, k, v, m)", "Attention",
+     1248, 4 * 64 * 4 + 64),
+    # GQA, 3-D: Hq=4, Hkv=2, D=8, S=4: scores 4*16 = 64 -> 64*38 = 2432;
+    # bytes Q 4*32*4 + K, V 4*4*16 each (kv heads) + Y 4*32*4 = 512 + 256 + 256 + 512
+    ("onnx_gqa_3d", "float[1,4,32] q, float[1,4,16] k, float[1,4,16] v",
+     "y = Attention<q_num_heads=4, kv_num_heads=2>(q, k, v)", "Attention", 2432, 1536),
+    # decode step, causal, past of 7: Skv = 8, one query sees all 8 keys (no halving):
+    # scores 2*8 = 16 -> 16*38 = 608; bytes q, k, v 16 floats each + past k, v 112 each
+    # + Y 16 + present k, v 2*8*8 each = 4*(48 + 224 + 16 + 256)
+    ("onnx_decode_causal", QKV4.replace("4,8", "1,8") + ", float[1,2,7,8] pk, float[1,2,7,8] pv",
+     "y, ok, ov = Attention<is_causal=1>(q, k, v, , pk, pv)", "Attention", 608, 2176),
+    # com.microsoft Attention: projection (1*4 x 16) @ (16 x 48) = 6144 + 192 bias adds,
+    # then N=2, D=8, S=4: 32 scores * 38 = 1216 -> 7552;
+    # bytes x 64 + w 768 + b 48 + y 64 floats = 4*944
+    ("ms_attention", "float[1,4,16] x, float[16,48] w, float[48] b",
+     "y = com.microsoft.Attention<num_heads=2>(x, w, b)", "Attention", 7552, 3776),
+    # unidirectional halves the score work: 20 scores * 38 = 760 + 6336 projection
+    ("ms_attention_causal", "float[1,4,16] x, float[16,48] w, float[48] b",
+     "y = com.microsoft.Attention<num_heads=2, unidirectional=1>(x, w, b)", "Attention",
+     7096, 3776),
+    # MultiHeadAttention, cross: S=4 queries, L=6 keys, N=2, D=8: 48 scores * 38 = 1824
+    # bytes q 64 + k 96 + v 96 + y 64 floats
+    ("ms_mha", "float[1,4,16] q, float[1,6,16] k, float[1,6,16] v",
+     "y = com.microsoft.MultiHeadAttention<num_heads=2>(q, k, v)", "MultiHeadAttention",
+     1824, 4 * 320),
+    # GroupQueryAttention, always causal: Hq=4, Hkv=2, D=8, S=4: 4*10 = 40 scores * 38 = 1520;
+    # bytes q 512 + k, v 256 each + seqlens_k 4 + total_sequence_length 4 + y 512
+    ("ms_gqa", "float[1,4,32] q, float[1,4,16] k, float[1,4,16] v, int32[1] sk, int32 tot",
+     "y = com.microsoft.GroupQueryAttention<num_heads=4, kv_num_heads=2>(q, k, v, , , sk, tot)",
+     "GroupQueryAttention", 1520, 1544),
+]
+
+
+@pytest.mark.parametrize(("inputs", "body", "op", "flops", "nbytes"),
+                         [pytest.param(*c[1:], id=c[0]) for c in CASES])
+def test_attention_table(inputs, body, op, flops, nbytes):
+    c = cost_of(inputs, body, op)
+    assert (c.family, c.unit, c.flops, c.bytes) == ("attention", "matrix", flops, nbytes)
+
+
+def test_attention_matmul_view_is_qk():
+    c = cost_of("float[1,4,32] q, float[1,6,16] k, float[1,6,16] v",
+                "y = Attention<q_num_heads=4, kv_num_heads=2>(q, k, v)", "Attention")
+    assert c.matmul == MatmulDims(b=4, m=4, n=6, k=8)
+
+
+def test_gqa_reads_kv_heads_only():
+    """Same queries; 2 kv heads instead of 4 read half the K and V bytes, same FLOPs."""
+    mha = cost_of("float[1,4,32] q, float[1,4,32] k, float[1,4,32] v",
+                  "y = Attention<q_num_heads=4, kv_num_heads=4>(q, k, v)", "Attention")
+    gqa = cost_of("float[1,4,32] q, float[1,4,16] k, float[1,4,16] v",
+                  "y = Attention<q_num_heads=4, kv_num_heads=2>(q, k, v)", "Attention")
+    assert mha.flops == gqa.flops
+    assert mha.bytes - gqa.bytes == 2 * 4 * 16 * 4
+
+
+@pytest.mark.parametrize(("sq", "skv", "window", "pairs"), [
+    (4, 4, 0, 10),  # lower triangle of a square prompt
+    (1, 8, 0, 8),  # decode: the one query sees every key
+    (4, 8, 0, 5 + 6 + 7 + 8),  # chunk after a 4-token cache (bottom-right aligned)
+    (1000, 1000, 0, 1000 * 1001 // 2),  # about half of the square for long prompts
+    (4, 4, 1, 1 + 2 + 2 + 2),  # local window: at most 2 keys per query
+])
+def test_causal_pairs(sq, skv, window, pairs):
+    assert causal_pairs(sq, skv, window) == pairs
+
+
+def test_duplicate_registration_is_refused():
+    with pytest.raises(ValueError, match="overlaps"):
+        REGISTRY.register("", "MatMul", lambda node: None)  # type: ignore[arg-type, return-value]
+    with pytest.raises(ValueError, match="already registered"):
+        REGISTRY.register_zero("", "MatMul", "no")
+    with pytest.raises(ValueError, match="zero-cost"):
+        REGISTRY.register("", "Reshape", lambda node: None)  # type: ignore[arg-type, return-value]
+
+
+ZERO = ("Reshape", "Shape", "Size", "Squeeze", "Unsqueeze", "Identity", "Constant", "Flatten",
+        "Dropout")
+
+
+def test_zero_cost_ops_have_reasons():
+    zero = {z.op_type: z.reason for z in REGISTRY.zero_cost()}
+    assert set(ZERO) <= set(zero)
+    assert all(len(reason) > 10 for reason in zero.values())
+    assert isinstance(REGISTRY.lookup("", "Reshape", 18), ZeroCost)
+    # Expand materializes its output: a real copy, not metadata
+    assert isinstance(REGISTRY.lookup("", "Expand", 18), CostEntry)
+
+
+# Ops of torch.onnx (dynamo) exports of BERT, GPT-2, OPT, Llama, Switch/MoE, torchvision CNNs,
+# plus ONNX Runtime's fused transformer ops.
+EXPORTED_OPS = (
+    "MatMul", "Gemm", "Add", "Mul", "Div", "Sub", "Pow", "Sqrt", "Tanh", "Erf", "Softmax",
+    "LayerNormalization", "Gather", "Transpose", "Concat", "Slice", "Split", "Expand", "Where",
+    "Cast", "Equal", "Neg", "Sin", "Cos", "Range", "ReduceMean", "ReduceMax", "ArgMax", "TopK",
+    "OneHot", "ScatterND", "Trilu", "ConstantOfShape", "CumSum", "Max", "Min", "Sigmoid",
+    "Clip", "Less", "And", "Not", "IsNaN", "Relu", "Exp", "Reciprocal", "Greater", "GatherND",
+    "GatherElements", "ScatterElements", "Einsum", "Conv", "ConvTranspose",
+    "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "Resize", "Attention",
+    "RMSNormalization", "RotaryEmbedding", "Gelu", "Pad", "Tile", "LogSoftmax", "ReduceSum",
+    "NonZero",
+)
+CONTRIB_OPS = ("Attention", "MultiHeadAttention", "GroupQueryAttention", "SkipLayerNormalization",
+               "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization",
+               "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "FusedMatMul",
+               "RotaryEmbedding")
+
+
+@pytest.mark.parametrize(("domain", "op"), [("", op) for op in EXPORTED_OPS]
+                         + [("com.microsoft", op) for op in CONTRIB_OPS])
+def test_exported_ops_are_costed(domain, op):
+    assert isinstance(REGISTRY.lookup(domain, op, 23), CostEntry)
+
+
+def test_unknown_shape_names_node_and_op():
+    text = """<ir_version: 10, opset_import: ["" : 18]>
+g (float[N, 16] x, float[16, 8] w) => (float[N, 8] y) { y = MatMul(x, w) }"""
+    node = build_graph(onnx.parser.parse_model(text)).nodes[0]
+    entry = REGISTRY.lookup(node.domain, node.op_type, node.opset)
+    with pytest.raises(ShapeError, match=r"MatMul_0.*MatMul.*\[-1, 16\].*unknown"):
+        entry.fn(node)
+
+
+def test_bad_attribute_is_a_shape_error():
+    with pytest.raises(ShapeError, match="q_num_heads"):
+        cost_of("float[1,4,32] q, float[1,4,16] k, float[1,4,16] v",
+                "y = Attention(q, k, v)", "Attention")

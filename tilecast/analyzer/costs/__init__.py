@@ -1,0 +1,18 @@
+"""Per-node cost formulas by family. Importing this package registers every formula (and the
+zero-cost ops) in the global ``REGISTRY``; see ``tilecast.analyzer.registry``."""
+
+from __future__ import annotations
+
+from . import (  # noqa: F401  (imported for their registrations)
+    attention,
+    conv,
+    elementwise,
+    gather,
+    matmul,
+    movement,
+    normalization,
+    pooling,
+    reduction,
+    softmax,
+    zero,
+)

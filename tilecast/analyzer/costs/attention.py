@@ -1,0 +1,178 @@
+"""Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention, MultiHeadAttention
+and GroupQueryAttention.
+
+FLOPs = QK^T (2 * scores * D) + PV (2 * scores * Dv) + per-score softmax work, where ``scores``
+is B * Hq * (query, key) pairs computed. A causal op skips the pairs above the diagonal: fused
+kernels (flash / memory-efficient) do not visit them, which halves the work of a square prompt
+but leaves a one-token decode step whole -- so the visible pairs are counted exactly rather
+than halved. K and V bytes use the kv heads (grouped-query attention reads Hkv < Hq heads).
+The matmul view is the QK^T product: MatmulDims(B * Hq, Sq, Skv, D).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..registry import cost
+from ..types import MatmulDims, NodeView, OpCost, RowDims
+from .common import has_input, in_shape, nbytes, prod, require, unique_bytes
+from .elementwise import ROTARY
+
+MS = "com.microsoft"
+SCORE_FLOPS = 6  # per score: scale, then softmax's max, subtract, exp, sum, divide
+MASK_FLOPS = 1  # adding a mask / bias to a score
+SOFTCAP_FLOPS = 3  # softcap * tanh(score / softcap)
+
+
+@dataclass(frozen=True)
+class Heads:
+    """One attention call: B batches, Hq query heads sharing Hkv key/value heads, Sq queries
+    against Skv keys in total (cache + new), head sizes D (query/key) and Dv (value)."""
+
+    b: int
+    hq: int
+    hkv: int
+    sq: int
+    skv: int
+    d: int
+    dv: int
+    causal: bool = False
+    window: int = 0  # > 0: each query sees at most window + 1 keys (local attention)
+
+    @property
+    def scores(self) -> int:
+        pairs = causal_pairs(self.sq, self.skv, self.window) if self.causal else self.sq * self.skv
+        return self.b * self.hq * pairs
+
+    def out_bytes(self, item: float) -> tuple[int, int, int]:
+        """Bytes of Y, of the present key cache and of the present value cache."""
+        kv = self.b * self.hkv * self.skv
+        return (int(self.b * self.hq * self.sq * self.dv * item), int(kv * self.d * item),
+                int(kv * self.dv * item))
+
+
+def _prefix(x: int, cap: int) -> int:
+    """sum(min(t, cap) for t in 1..x), 0 for x <= 0."""
+    x = max(x, 0)
+    return x * (x + 1) // 2 if x <= cap else cap * (cap + 1) // 2 + (x - cap) * cap
+
+
+def causal_pairs(sq: int, skv: int, window: int = 0) -> int:
+    """Visible (query, key) pairs of a bottom-right aligned causal mask: query i sits at
+    position skv - sq + i and sees the keys up to it (at most window + 1 of them)."""
+    cap = min(skv, window + 1) if window > 0 else skv
+    return _prefix(skv, cap) - _prefix(skv - sq, cap)
+
+
+def attention_cost(node: NodeView, h: Heads, per_score: int, outputs: dict[int, int], *,
+                   extra_flops: int = 0, skip_inputs: tuple[int, ...] = (),
+                   extra_bytes: int = 0) -> OpCost:
+    """``outputs``: bytes of the outputs whose size follows from ``h`` (Y, present caches),
+    whatever shape inference said; other named outputs count at their inferred size."""
+    s = h.scores
+    flops = 2 * s * h.d + 2 * s * h.dv + per_score * s + extra_flops
+    ins = [t for i, t in enumerate(node.inputs) if i not in skip_inputs]
+    written = sum(outputs[i] if i in outputs else nbytes(node, t)
+                  for i, t in enumerate(node.outputs) if t.name)
+    return OpCost("attention", flops, unique_bytes(node, ins) + written + extra_bytes,
+                  node.inputs[0].dtype, unit="matrix",
+                  matmul=MatmulDims(h.b * h.hq, h.sq, h.skv, h.d),
+                  rows=RowDims(h.b * h.hq * h.sq, h.skv), elements=h.b * h.hq * h.sq * h.dv)
+
+
+def _per_score(node: NodeView, mask_inputs: tuple[int, ...]) -> int:
+    masked = any(has_input(node, i) for i in mask_inputs)
+    return SCORE_FLOPS + MASK_FLOPS * masked + SOFTCAP_FLOPS * bool(node.attr("softcap", 0.0))
+
+
+def _heads_attr(node: NodeView, key: str) -> int:
+    n = node.attr(key)
+    require(node, isinstance(n, int) and n > 0, f"attribute {key} (a positive int) is required")
+    return n
+
+
+@cost("Attention", since=23)
+def onnx_attention(node: NodeView) -> OpCost:
+    """Q, K, V 4-D (B, H, S, D) or 3-D (B, S, H * D) with q_num_heads / kv_num_heads;
+    past_key (B, Hkv, P, D) makes Skv = P + new keys; is_causal is bottom-right aligned."""
+    q, k, v = in_shape(node, 0), in_shape(node, 1), in_shape(node, 2)
+    if len(q) == 4:
+        b, hq, sq, d, hkv, skv, dv = *q, k[1], k[2], v[3]
+    else:
+        hq, hkv = _heads_attr(node, "q_num_heads"), _heads_attr(node, "kv_num_heads")
+        b, sq, d, skv, dv = q[0], q[1], q[2] // hq, k[1], v[2] // hkv
+    past = in_shape(node, 4)[2] if has_input(node, 4) else 0
+    h = Heads(b, hq, hkv, sq, past + skv, d, dv, causal=bool(node.attr("is_causal", 0)))
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    return attention_cost(node, h, _per_score(node, (3,)), {0: y, 1: pk, 2: pv})
+
+
+@cost("Attention", domain=MS)
+def ms_attention(node: NodeView) -> OpCost:
+    """input (B, S, hidden) @ weights (hidden, q + k + v hidden) + bias, then attention over
+    past (2, B, N, P, H) + S keys; ``present`` (output 1) holds both caches."""
+    x, w, n = in_shape(node, 0), in_shape(node, 1), _heads_attr(node, "num_heads")
+    require(node, len(x) == 3 and len(w) == 2, "expects input (B, S, hidden), 2-D weights")
+    qh, _, vh = node.attr("qkv_hidden_sizes") or [w[1] // 3] * 3
+    b, s = x[0], x[1]
+    past = in_shape(node, 4)[3] if has_input(node, 4) else 0
+    h = Heads(b, n, n, s, past + s, qh // n, vh // n,
+              causal=bool(node.attr("unidirectional", 0)))
+    projection = 2 * b * s * x[2] * w[1] + (b * s * w[1] if has_input(node, 2) else 0)
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    return attention_cost(node, h, _per_score(node, (3, 5)), {0: y, 1: pk + pv},
+                          extra_flops=projection)
+
+
+def _mha_heads(node: NodeView, n: int) -> tuple[int, int, int, int, int, int]:
+    """(B, Sq, new keys, D, Dv, kv heads) for MultiHeadAttention's input layouts."""
+    q = in_shape(node, 0)
+    if not has_input(node, 1):  # packed QKV (B, S, N, 3, H)
+        require(node, len(q) == 5, "without key, query must be packed (B, S, N, 3, H)")
+        return q[0], q[1], q[1], q[4], q[4], q[2]
+    k = in_shape(node, 1)
+    if len(k) == 5:  # packed KV (B, L, N, 2, H)
+        return q[0], q[1], k[1], k[4], k[4], k[2]
+    if len(k) == 4:  # key / value already split into heads (B, N, L, H): cross attention
+        return q[0], q[1], k[2], k[3], in_shape(node, 2)[3], k[1]
+    return q[0], q[1], k[1], q[2] // n, in_shape(node, 2)[2] // n, n
+
+
+@cost("MultiHeadAttention", domain=MS)
+def ms_multi_head_attention(node: NodeView) -> OpCost:
+    """query, key, value, bias, key_padding_mask, attention_bias, past_key (B, N, P, H), ..."""
+    n = _heads_attr(node, "num_heads")
+    b, sq, new_kv, d, dv, hkv = _mha_heads(node, n)
+    past = in_shape(node, 6)[2] if has_input(node, 6) else 0
+    h = Heads(b, n, hkv, sq, past + new_kv, d, dv, causal=bool(node.attr("unidirectional", 0)))
+    bias_adds = b * (sq * n * d + new_kv * hkv * (d + dv)) if has_input(node, 3) else 0
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    return attention_cost(node, h, _per_score(node, (4, 5)), {0: y, 1: pk, 2: pv},
+                          extra_flops=bias_adds)
+
+
+def _gqa_rotary(node: NodeView, tokens: int, heads: int, d: int) -> tuple[int, int]:
+    """(FLOPs, bytes) of GQA's fused rotary: the cos/sin cache rows at the tokens' positions."""
+    if not (node.attr("do_rotary", 0) and has_input(node, 7)):
+        return 0, 0
+    cache = in_shape(node, 7)  # (max positions, D / 2), sin_cache alike
+    rows = min(prod(cache[:-1]), tokens)
+    return ROTARY * tokens * heads * d, int(2 * rows * cache[-1] * node.inputs[7].itemsize)
+
+
+@cost("GroupQueryAttention", domain=MS)
+def ms_group_query_attention(node: NodeView) -> OpCost:
+    """Always causal. query (B, S, Hq * D) or packed (B, S, (Hq + 2 Hkv) * D); past_key
+    (B, Hkv, P, D). P is taken as the cached length: a max-length shared buffer over-counts."""
+    q = in_shape(node, 0)
+    hq, hkv = _heads_attr(node, "num_heads"), _heads_attr(node, "kv_num_heads")
+    packed = not has_input(node, 1)
+    d = q[2] // (hq + 2 * hkv) if packed else q[2] // hq
+    new_kv = q[1] if packed else in_shape(node, 1)[1]
+    past = in_shape(node, 3)[2] if has_input(node, 3) else 0
+    h = Heads(q[0], hq, hkv, q[1], past + new_kv, d, d, causal=True,
+              window=max(node.attr("local_window_size", -1), 0))
+    rot_flops, rot_bytes = _gqa_rotary(node, q[0] * q[1], hq + hkv, d)
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    return attention_cost(node, h, _per_score(node, (10,)), {0: y, 1: pk, 2: pv},
+                          extra_flops=rot_flops, skip_inputs=(7, 8), extra_bytes=rot_bytes)

@@ -1,0 +1,53 @@
+"""Convolutions (1-3D, any groups / strides / dilations / pads) as implicit GEMMs.
+
+Strides, pads, dilations and auto_pad only change the output's spatial size, which shape
+inference has already worked out, so the formulas read the output shape instead of re-deriving
+it. A dilated kernel reads the same number of taps as a dense one.
+"""
+
+from __future__ import annotations
+
+from ..registry import CostFn, register_all
+from ..types import MatmulDims, NodeView, OpCost
+from .common import has_input, in_shape, io_bytes, out_shape, prod, require
+
+MS = "com.microsoft"
+
+
+def _cost(node: NodeView, d: MatmulDims, x_index: int, bias_adds: int) -> OpCost:
+    return OpCost("conv", 2 * d.b * d.m * d.n * d.k + bias_adds, io_bytes(node),
+                  node.inputs[x_index].dtype, unit="matrix", matmul=d,
+                  elements=prod(out_shape(node)))
+
+
+def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
+    """Factory. X (N, C, *in), W (M, C/g, *kernel), Y (N, M, *out): per group an
+    (N*out) x (C/g * kernel) @ (C/g * kernel) x (M/g) GEMM; the bias adds once per output."""
+
+    def fn(node: NodeView) -> OpCost:
+        x, w, y = in_shape(node, x_index), in_shape(node, w_index), out_shape(node)
+        g = node.attr("group", 1)
+        require(node, x[1] == w[1] * g and w[0] % g == 0,
+                f"channels do not match group={g}: X {list(x)}, W {list(w)}")
+        d = MatmulDims(g, x[0] * prod(y[2:]), w[0] // g, w[1] * prod(w[2:]))
+        has_bias = bias_index is not None and has_input(node, bias_index)
+        return _cost(node, d, x_index, prod(y) if has_bias else 0)
+
+    return fn
+
+
+def conv_transpose(node: NodeView) -> OpCost:
+    """X (N, C, *in), W (C, M/g, *kernel): every input pixel scatters a (M/g * kernel) patch,
+    an (N*in) x (C/g) @ (C/g) x (M/g * kernel) GEMM per group (col2im adds are its FMAs)."""
+    x, w, y = in_shape(node, 0), in_shape(node, 1), out_shape(node)
+    g = node.attr("group", 1)
+    require(node, x[1] == w[0] and x[1] % g == 0,
+            f"channels do not match group={g}: X {list(x)}, W {list(w)}")
+    d = MatmulDims(g, x[0] * prod(x[2:]), w[1] * prod(w[2:]), x[1] // g)
+    return _cost(node, d, 0, prod(y) if has_input(node, 2) else 0)
+
+
+register_all(("Conv",), conv(0, 1, 2))
+register_all(("ConvInteger",), conv(0, 1, None))  # x, w, x_zero_point, w_zero_point
+register_all(("QLinearConv",), conv(0, 3, 8))  # x, x_scale, x_zp, w, w_scale, w_zp, y_s, y_zp, B
+register_all(("ConvTranspose",), conv_transpose)

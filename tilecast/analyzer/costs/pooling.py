@@ -1,0 +1,61 @@
+"""Pooling and resampling: windowed pools, global pools, Resize / Upsample.
+
+Windowed pools do one op per tap of every output window: taps = output elements * kernel size
+(strides, pads, dilations and ceil_mode only change the output size, which shape inference has
+worked out). Padded taps are counted too: the kernels visit them.
+"""
+
+from __future__ import annotations
+
+from ..registry import CostFn, register_all
+from ..types import NodeView, OpCost, RowDims
+from .common import attr_str, in_shape, io_bytes, out_shape, prod, require, vector_cost
+
+
+def window_pool(flops_per_tap: int, flops_per_output: int = 0) -> CostFn:
+    """Factory: MaxPool (compare per tap), AveragePool (add per tap, divide per output),
+    LpPool (|x|^p accumulate per tap, root per output)."""
+
+    def fn(node: NodeView) -> OpCost:
+        kernel = node.attr("kernel_shape")
+        require(node, bool(kernel), "kernel_shape is required")
+        n = prod(out_shape(node))
+        flops = flops_per_tap * n * prod(kernel) + flops_per_output * n
+        return vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
+
+    return fn
+
+
+def global_pool(flops_per_element: int, flops_per_output: int = 0) -> CostFn:
+    """Factory: GlobalXPool reduces each (n, c) plane: rows N*C of spatial cols."""
+
+    def fn(node: NodeView) -> OpCost:
+        x = in_shape(node, 0)
+        rows = RowDims(x[0] * x[1], prod(x[2:]))
+        flops = flops_per_element * prod(x) + flops_per_output * rows.rows
+        return vector_cost(node, "pooling", flops, io_bytes(node), rows=rows)
+
+    return fn
+
+
+register_all(("MaxPool",), window_pool(1))
+register_all(("AveragePool",), window_pool(1, 1))
+register_all(("LpPool",), window_pool(2, 1))
+register_all(("GlobalMaxPool",), global_pool(1))
+register_all(("GlobalAveragePool",), global_pool(1, 1))
+register_all(("GlobalLpPool",), global_pool(2, 1))
+
+
+def resize(node: NodeView) -> OpCost:
+    """Per output element over the r resized dims: nearest copies one tap (1); linear blends
+    2^r taps with 2^r - 1 lerps of 3 FLOPs (subtract + FMA); cubic weights 4^r taps (FMA)."""
+    x, y = in_shape(node, 0), out_shape(node)
+    r = max(sum(1 for a, b in zip(x, y, strict=False) if a != b), 1)
+    mode = attr_str(node, "mode", "nearest")
+    per_output = {"linear": 3 * (2**r - 1), "bilinear": 3 * (2**r - 1),
+                  "cubic": 2 * 4**r}.get(mode, 1)
+    n = prod(y)
+    return vector_cost(node, "pooling", per_output * n, io_bytes(node), elements=n)
+
+
+register_all(("Resize", "Upsample"), resize)

@@ -1,0 +1,28 @@
+"""Zero-cost ops: metadata only on the GPU, each with the reason it launches no kernel."""
+
+from __future__ import annotations
+
+from ..registry import REGISTRY
+
+VIEW = "a view: changes shape metadata, the data stays where it is"
+ZERO_COST: dict[str, str] = {
+    "Reshape": VIEW,
+    "Flatten": VIEW,
+    "Squeeze": VIEW,
+    "Unsqueeze": VIEW,
+    "BitCast": "a view: reinterprets the same bytes as another dtype",
+    "Identity": "aliases its input; ONNX Runtime removes it (EliminateIdentity)",
+    "Shape": "reads shape metadata on the host",
+    "Size": "reads shape metadata on the host",
+    "Constant": "an initializer: materialized once when the session loads",
+    "Dropout": "identity at inference (training_mode false); ONNX Runtime removes it "
+               "(EliminateDropout)",
+    "Optional": "wraps a value in an optional: metadata only",
+    "OptionalHasElement": "tests an optional for a value: metadata only",
+    "OptionalGetElement": "unwraps an optional: metadata only",
+    "SequenceEmpty": "creates an empty sequence: metadata only",
+    "SequenceLength": "reads a sequence's length: metadata only",
+}
+
+for _op, _reason in ZERO_COST.items():
+    REGISTRY.register_zero("", _op, _reason)
