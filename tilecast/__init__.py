@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-from .analyzer.forecast import Forecast, KernelForecast  # noqa: E402
+from .analyzer.forecast import Forecast, KernelForecast, load_forecast  # noqa: E402
 from .analyzer.pipeline import analyze  # noqa: E402
 from .analyzer.predictor import Prediction, Predictor, RooflinePredictor  # noqa: E402
 from .analyzer.types import Kernel, MatmulDims, OpCost, RowDims  # noqa: E402
@@ -26,10 +26,20 @@ from .errors import (  # noqa: E402
     TilecastError,
     UnsupportedModelError,
 )
+from .gate import (  # noqa: E402
+    Comparison,
+    DeviceComparison,
+    FamilyChange,
+    KernelChange,
+    Threshold,
+    compare,
+)
 
 __all__ = [
     "__version__", "analyze", "load_device", "list_devices", "Device", "Forecast",
     "KernelForecast", "Kernel", "OpCost", "MatmulDims", "RowDims", "Prediction", "Predictor",
     "RooflinePredictor", "TilecastError", "ModelLoadError", "UnsupportedModelError",
     "ShapeError", "DeviceError", "PredictorError", "ExportError", "ConfigError",
+    "load_forecast", "compare", "Comparison", "DeviceComparison", "FamilyChange",
+    "KernelChange", "Threshold",
 ]

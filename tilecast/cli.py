@@ -236,5 +236,84 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
     click.echo(summary)
 
 
+@main.command()
+@click.argument("base", type=click.Path(dir_okay=False))
+@click.argument("new", type=click.Path(dir_okay=False))
+@click.option("-d", "--device", "devices", multiple=True,
+              help="GPU name/alias or device JSON (repeatable; default: the saved JSON's).")
+@model_options
+@click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
+              show_default=True, help="Training mode: add the optimizer step.")
+@click.option("--threshold", default="5%", show_default=True,
+              help="Allowed slow-down: a percentage (5%) or a time (2ms, 500us).")
+@click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
+              help="How many changed kernels to list per device.")
+@output_options(("table", "json", "markdown"))
+@click.pass_context
+def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
+            dims: dict[str, int], mode: str, fusion: bool, predictor: str, optimizer: str,
+            threshold: str, top: int, fmt: str, output: str | None) -> None:
+    """Compare the forecasts of BASE and NEW; exit 1 when a device slows down by more than
+    --threshold, 2 for bad input.
+
+    BASE and NEW are ONNX files or saved forecasts (`tilecast analyze --format json`, or a
+    `tilecast gate` baseline). With a saved side, --predictor default follows its predictor
+    when it is roofline, and --dim defaults to its dims.
+
+    \b
+    Example:
+      tilecast compare old.onnx new.onnx --device l4 --device a100-80gb
+      tilecast analyze model.onnx -d l4 --format json -o baseline.json
+      tilecast compare baseline.json model.onnx --threshold 2ms --format markdown
+    """
+    from .gate import compare as run_compare
+    from .gate.report import render
+
+    result = run_compare(base, new, devices or None, mode=mode, threshold=threshold,
+                         fusion=fusion, dims=dims, optimizer=optimizer, top=top,
+                         predictor=None if predictor == "default" else predictor)
+    for warning in result.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    write_output(render([(None, result)], fmt), output)
+    if result.regressed:
+        ctx.exit(1)
+
+
+@main.command()
+@click.option("-c", "--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="tilecast.toml or pyproject.toml (default: ./tilecast.toml, else "
+                   "./pyproject.toml with [tool.tilecast]).")
+@click.option("--update-baseline", is_flag=True,
+              help="Forecast every model and rewrite its baseline file, then exit 0.")
+@output_options(("table", "json", "markdown"))
+@click.pass_context
+def gate(ctx: click.Context, config_path: Path | None, update_baseline: bool, fmt: str,
+         output: str | None) -> None:
+    """Check the models of a repository's tilecast.toml against their committed baselines;
+    exit 1 on a latency regression, 2 for bad input. See docs/ci-gate.md.
+
+    \b
+    Example:
+      tilecast gate --update-baseline          # once, then commit .tilecast/
+      tilecast gate --format markdown -o tilecast-report.md
+    """
+    from .gate.config import load_config
+    from .gate.report import render
+    from .gate.runner import run_gate, update_baselines
+
+    config = load_config(config_path)
+    progress = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    if update_baseline:
+        for path in update_baselines(config, progress):
+            click.echo(f"wrote {path}")
+        return
+    result = run_gate(config, progress)
+    for warning in result.warnings:
+        click.echo(f"Warning: {warning}", err=True)
+    write_output(render(result.entries, fmt, title="tilecast latency gate"), output)
+    if result.regressed:
+        ctx.exit(1)
+
+
 def run() -> None:  # pragma: no cover - console entry for `python -m tilecast`
     sys.exit(main())
