@@ -74,3 +74,21 @@ def test_training_gpt2_has_no_unsupported_and_costs_more(gpt2_path):
     train = tilecast.analyze(gpt2_path, "l4", mode="training", predictor="roofline")
     assert train.unsupported == {}
     assert train.by_phase["backward"] > inf.total_ms
+
+
+DROPOUT = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[16, 64] x) => (float[16, 64] y) <float[64, 64] w = {0.0}, float r = {0.1}> {
+  h = MatMul(x, w)
+  y = Dropout(h, r)
+}"""
+
+
+def test_dropout_costs_only_in_training():
+    inf = tilecast.analyze(_model(DROPOUT), "t4", predictor="roofline")
+    assert [k.kernel.op_type for k in inf.kernels] == ["MatMul"]
+    train = tilecast.analyze(_model(DROPOUT), "t4", mode="training", predictor="roofline")
+    drops = {k.kernel.op_type: k.kernel for k in train.kernels if "Dropout" in k.kernel.op_type}
+    # forward: read h, write y, write a one-byte mask (16 x 64 elements)
+    assert drops["Dropout"].bytes == 16 * 64 * (4 + 4 + 1)
+    assert drops["DropoutGrad"].phase == "backward"

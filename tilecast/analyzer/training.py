@@ -10,6 +10,9 @@ accumulation kernels, then (optionally) the optimizer update.
 - A tensor read by k differentiable consumers gets k-1 gradient sums; every parameter gets one
   accumulation into ``.grad`` (``grad += new``), as PyTorch does when ``.grad`` exists.
 - The backward starts from the graph outputs' gradients (no loss kernel is added).
+- Dropout is zero-cost at inference but a real kernel when training: the forward draws a mask
+  and scales (reads x, writes y and a one-byte mask per element), the backward applies it to
+  dY. Export training graphs in train mode so the Dropout nodes are in the graph.
 """
 
 from __future__ import annotations
@@ -210,6 +213,29 @@ def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kern
                    "backward") for suffix, cost in fn(r, need)]
 
 
+def _dropout_cost(node: NodeView, reads: int) -> OpCost:
+    y = node.outputs[0]
+    # mask: one byte per element (torch stores a bool mask)
+    return OpCost("elementwise", 2 * y.numel, reads + _nb(y) + y.numel, y.dtype,
+                  elements=y.numel)
+
+
+def dropout_kernels(results: Sequence[NodeResult], need: set[str]) -> tuple[list[Kernel],
+                                                                          list[Kernel]]:
+    """(forward, backward) kernels of Dropout nodes, which cost nothing at inference."""
+    fwd, bwd = [], []
+    for r in results:
+        n = r.node
+        if n.op_type != "Dropout" or n.domain or not n.outputs[0].known:
+            continue
+        x = n.input(0)
+        fwd.append(Kernel(n.name, (n.name,), "Dropout", _dropout_cost(n, _nb(x))))
+        if x is not None and x.name in need:
+            bwd.append(Kernel(f"{n.name}.dX", (n.name,), "DropoutGrad",
+                              _dropout_cost(n, _nb(n.outputs[0])), "backward"))
+    return fwd, bwd
+
+
 def training_kernels(graph: Graph, results: Sequence[NodeResult], forward: Sequence[Kernel],
                      *, optimizer: str = "none") -> list[Kernel]:
     """Forward kernels, then backward and gradient accumulation, then the optimizer step."""
@@ -219,9 +245,11 @@ def training_kernels(graph: Graph, results: Sequence[NodeResult], forward: Seque
         raise TilecastError(f"unknown optimizer {optimizer!r}: choose one of "
                             f"{', '.join(OPTIMIZERS)}")
     need, params = trainable(results)
-    kernels = list(forward)
+    drop_fwd, drop_bwd = dropout_kernels(results, need)
+    kernels = [*forward, *drop_fwd]
     for r in reversed(results):
         kernels.extend(backward_kernels(r.node, r, need))
+    kernels.extend(drop_bwd)
     kernels.extend(_accumulation(results, need, params))
     kernels.extend(_optimizer(params, optimizer))
     return kernels

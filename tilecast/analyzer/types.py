@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 # ONNX TensorProto.DataType -> (name, bytes per element).
@@ -39,7 +40,14 @@ class TensorInfo:
     dtype: str  # e.g. "float32"; "unknown" when the graph does not say
     is_initializer: bool = False
 
-    @property
+    # cached_property writes the instance __dict__ directly, so it works on a frozen
+    # dataclass: these are read several times per node on large graphs.
+    @cached_property
+    def known(self) -> bool:
+        """Every dim is a bound integer."""
+        return self.shape is not None and all(d >= 0 for d in self.shape)
+
+    @cached_property
     def numel(self) -> int:
         if self.shape is None:
             raise ValueError(f"tensor {self.name!r} has an unknown shape")
@@ -52,7 +60,7 @@ class TensorInfo:
     def itemsize(self) -> float:
         return DTYPE_SIZE.get(self.dtype, 4)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return int(self.numel * self.itemsize)
 

@@ -43,7 +43,7 @@ def require(node: NodeView, ok: bool, msg: str) -> None:
 def shape(node: NodeView, t: TensorInfo | None, what: str = "tensor") -> Shape:
     if t is None or not t.name:
         raise shape_error(node, f"{what} is missing")
-    if t.shape is None or any(d < 0 for d in t.shape):
+    if not t.known:
         raise shape_error(node, f"the shape of {what} '{t.name}' is unknown")
     return t.shape
 
