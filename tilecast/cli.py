@@ -200,6 +200,52 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
     write_output(text, output)
 
 
+def _export_choice(name: str) -> click.Choice:
+    from .exporters import hf  # light: exporters import torch only when exporting
+
+    return click.Choice(getattr(hf, name))
+
+
+@main.command("export")
+@click.argument("model", required=False)
+@click.option("--list", "show_list", is_flag=True, help="List the zoo models and exit.")
+@click.option("--batch", type=int, help="Batch size (default: the zoo entry's).")
+@click.option("--seq", type=int, help="Sequence length (default: the zoo entry's).")
+@click.option("--task", type=_export_choice("TASKS"), default="auto", show_default=True,
+              help="Model head; auto follows the zoo entry or the config's architectures.")
+@click.option("--dtype", type=_export_choice("DTYPES"), default="float32", show_default=True)
+@click.option("--attn", type=_export_choice("ATTNS"), default="eager", show_default=True,
+              help="eager: MatMul + Softmax nodes; sdpa: one fused Attention node.")
+@click.option("--layers", type=int, help="Override the number of layers.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False),
+              help="ONNX file to write (default: MODEL.onnx here).")
+def export(model: str | None, show_list: bool, batch: int | None, seq: int | None, task: str,
+           dtype: str, attn: str, layers: int | None, output: str | None) -> None:
+    """Export MODEL, a zoo name or a Hugging Face config.json, to a weightless ONNX graph.
+
+    The model is built on the meta device (no weights, no download) and traced with
+    torch.onnx's dynamo exporter; every value has a static shape and every weight is an
+    external-data placeholder, so the file stays small. Needs: pip install "tilecast[export]".
+
+    \b
+    Example:
+      tilecast export --list
+      tilecast export gpt3-2.7b --batch 2 --seq 2048 -o gpt3.onnx
+      tilecast export config.json --batch 8 --seq 512 --dtype bfloat16 --attn sdpa -o m.onnx
+    """
+    from .exporters import export_model, render_zoo, timed_progress
+
+    if show_list:
+        click.echo(render_zoo(), nl=False)
+        return
+    if not model:
+        raise click.UsageError("give a zoo name or a config.json path (or --list)")
+    result = export_model(model, batch=batch, seq=seq, task=task, dtype=dtype, attn=attn,
+                          layers=layers, output=output,
+                          progress=timed_progress(lambda m: click.echo(m, err=True)))
+    click.echo(result.summary(), err=True)
+
+
 @main.command()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (laid out like the shared dataset; resumable).")

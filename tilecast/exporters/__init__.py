@@ -1,0 +1,16 @@
+"""PyTorch / Hugging Face models to weightless, shape-complete ONNX graphs (extra ``[export]``).
+
+Importing this package never imports torch or transformers; each export call does, and raises
+``ExportError`` with the install hint when they are missing. See docs/exporters.md.
+"""
+
+from __future__ import annotations
+
+from .api import ExportResult, export_model, timed_progress
+from .hf import ATTNS, DTYPES, TASKS, from_hf_config
+from .torch_export import from_torch
+from .zoo import ZooEntry, list_zoo, render_zoo, zoo_entry
+
+__all__ = ["ATTNS", "DTYPES", "TASKS", "ExportResult", "ZooEntry", "export_model",
+           "from_hf_config", "from_torch", "list_zoo", "render_zoo", "timed_progress",
+           "zoo_entry"]
