@@ -303,3 +303,19 @@ def test_zoo_exports_and_analyzes(tmp_path, entry):
     r = export_model(entry, output=tmp_path / f"{entry}.onnx")
     forecast = tilecast.analyze(r.path, "l4")
     assert forecast.total_ms > 0 and not forecast.unsupported, forecast.unsupported
+
+
+def test_train_mode_keeps_dropout_for_training_forecasts(tmp_path):
+    import tilecast
+
+    paths = {}
+    for train in (False, True):
+        paths[train] = tmp_path / f"gpt2-{train}.onnx"
+        export_model(GPT2, batch=B, seq=S, task="causal-lm", output=paths[train],
+                     train_mode=train)
+    assert "Dropout" not in ops(load(paths[False]))
+    # GPT-2 drops out after the embeddings, on attention probabilities, after the attention
+    # projection and after the MLP: 1 + 3 per layer
+    assert ops(load(paths[True])).count("Dropout") == 1 + 3 * GPT2["n_layer"]
+    f = tilecast.analyze(paths[True], "l4", mode="training", predictor="roofline")
+    assert f.unsupported == {} and any(k.kernel.op_type == "DropoutGrad" for k in f.kernels)

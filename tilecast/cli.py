@@ -217,10 +217,13 @@ def _export_choice(name: str) -> click.Choice:
 @click.option("--attn", type=_export_choice("ATTNS"), default="eager", show_default=True,
               help="eager: MatMul + Softmax nodes; sdpa: one fused Attention node.")
 @click.option("--layers", type=int, help="Override the number of layers.")
+@click.option("--train-mode", is_flag=True,
+              help="Trace in training mode (keeps Dropout) for --mode training forecasts.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False),
               help="ONNX file to write (default: MODEL.onnx here).")
 def export(model: str | None, show_list: bool, batch: int | None, seq: int | None, task: str,
-           dtype: str, attn: str, layers: int | None, output: str | None) -> None:
+           dtype: str, attn: str, layers: int | None, train_mode: bool,
+           output: str | None) -> None:
     """Export MODEL, a zoo name or a Hugging Face config.json, to a weightless ONNX graph.
 
     The model is built on the meta device (no weights, no download) and traced with
@@ -232,6 +235,7 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
       tilecast export --list
       tilecast export gpt3-2.7b --batch 2 --seq 2048 -o gpt3.onnx
       tilecast export config.json --batch 8 --seq 512 --dtype bfloat16 --attn sdpa -o m.onnx
+      tilecast export bert-large --task pretraining --train-mode -o bert-train.onnx
     """
     from .exporters import export_model, render_zoo, timed_progress
 
@@ -241,7 +245,7 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
     if not model:
         raise click.UsageError("give a zoo name or a config.json path (or --list)")
     result = export_model(model, batch=batch, seq=seq, task=task, dtype=dtype, attn=attn,
-                          layers=layers, output=output,
+                          layers=layers, output=output, train_mode=train_mode,
                           progress=timed_progress(lambda m: click.echo(m, err=True)))
     click.echo(result.summary(), err=True)
 

@@ -79,18 +79,22 @@ def task_for(config: Path, mode: str) -> str:
 
 
 def cached_export(label: Label, cache: Path, progress: Progress | None = None) -> Path:
-    """Export the label's model at its batch and seq once; key: config hash, shape, task."""
+    """Export the label's model at its batch and seq once; key: config hash, shape, task, and
+    train/eval tracing (training graphs keep their Dropout nodes, as the measured runs did)."""
     from ..exporters import export_model
 
     task = task_for(label.config, label.mode)
     digest = hashlib.sha256(label.config.read_bytes()).hexdigest()[:12]
-    path = cache / f"{label.model}-{digest}-{task}-b{label.batch}-s{label.seq}-float32.onnx"
+    trace = "train" if label.mode == "training" else "eval"
+    path = cache / (f"{label.model}-{digest}-{task}-b{label.batch}-s{label.seq}-float32-"
+                    f"{trace}.onnx")
     if not path.is_file():
         if progress:
             progress(f"exporting {label.model} ({task}, batch {label.batch}, seq {label.seq})")
         cache.mkdir(parents=True, exist_ok=True)
         export_model(str(label.config), batch=label.batch, seq=label.seq, task=task,
-                     dtype="float32", attn="eager", output=path)
+                     dtype="float32", attn="eager", output=path,
+                     train_mode=label.mode == "training")
     return path
 
 

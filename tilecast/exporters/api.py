@@ -54,13 +54,14 @@ def export_model(name_or_config: str | Path | Mapping[str, Any], *, batch: int |
                  seq: int | None = None, task: str = "auto", dtype: str = "float32",
                  attn: str = "eager", layers: int | None = None,
                  output: str | Path | None = None, progress: Progress | None = None,
-                 ) -> ExportResult:
+                 train_mode: bool = False) -> ExportResult:
     """Export a zoo model (by name) or a Hugging Face config (path or dict) to ``output``.
 
     ``batch``/``seq`` default to the zoo entry's; a config file needs them (image models
     ignore ``seq``). ``output`` defaults to ``<name>.onnx`` in the current folder. The file
     is written atomically: on any failure no output is left. Bad input raises ExportError
     with one clear message; ``progress`` is called with a short phase description.
+    ``train_mode`` traces in training mode (Dropout nodes kept) for training forecasts.
     """
     started = time.perf_counter()
     say = progress or (lambda _msg: None)
@@ -74,7 +75,7 @@ def export_model(name_or_config: str | Path | Mapping[str, Any], *, batch: int |
     from ._graph import finalize, write_atomic
     from .torch_export import export_program
 
-    program = export_program(module, inputs)
+    program = export_program(module, inputs, train_mode=train_mode)
     say("folding shape arithmetic and inferring shapes")
     proto = finalize(program.model)
     path = Path(output) if output is not None else default_output(source)

@@ -50,11 +50,16 @@ def from_torch(module: Any, example_inputs: tuple[Any, ...] | Mapping[str, Any],
 
 
 def export_program(module: Any, example_inputs: tuple[Any, ...] | Mapping[str, Any], *,
-                   dynamic_dims: Mapping[str, Mapping[int, str]] | None = None) -> Any:
-    """Run ``torch.onnx.export(dynamo=True)`` and return its ONNXProgram (nothing written)."""
+                   dynamic_dims: Mapping[str, Mapping[int, str]] | None = None,
+                   train_mode: bool = False) -> Any:
+    """Run ``torch.onnx.export(dynamo=True)`` and return its ONNXProgram (nothing written).
+
+    ``train_mode`` traces the module in training mode, so dropout appears as Dropout nodes
+    (what a training step runs); inference traces drop it.
+    """
     torch = require_torch()
     args, kwargs = _place_inputs(module, example_inputs, torch)
-    module.eval()
+    module.train(train_mode)
     dynamic_shapes = _dynamic_shapes(module, args, kwargs, dynamic_dims)
     try:
         with _quiet_export():
