@@ -100,3 +100,16 @@ def test_import_does_not_pull_torch():
     import subprocess
 
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_linear_bias_add_is_folded_into_its_matmul():
+    # the bias must be a parameter (an initializer) for PyTorch's addmm to take it
+    text = CHAIN.replace(", float[256] b) =>", ") =>").replace(
+        "=> (float[64, 256] z) {", "=> (float[64, 256] z) <float[256] b = {0.0}> {")
+    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+    mm = next(k.kernel for k in f.kernels if k.kernel.op_type == "MatMul")
+    # 2*64*128*256 GEMM FLOPs + 64*256 bias adds; bytes: x, w, the bias vector and the output
+    assert mm.flops == 2 * 64 * 128 * 256 + 64 * 256
+    assert mm.bytes == (64 * 128 + 128 * 256 + 256 + 64 * 256) * 4
+    assert "Add" not in [k.kernel.op_type for k in f.kernels]
+    assert f.zero_cost.get("Add") == 1

@@ -16,6 +16,7 @@ from .forecast import Forecast, KernelForecast
 from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
 from .predictor import Predictor, RooflinePredictor
+from .rewrites import fold_linear_bias
 from .types import Kernel
 
 MODES = ("inference", "training")
@@ -86,7 +87,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         proto = onnx.ModelProto()
         proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
     graph = build_graph(proto, dims)
-    results = cost_graph(graph)
+    results = fold_linear_bias(cost_graph(graph))
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     if mode == "training":
         from .training import training_kernels
