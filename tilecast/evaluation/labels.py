@@ -18,8 +18,6 @@ from ..errors import DeviceError
 NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)"
                   r"(?P<suffix>-[A-Za-z0-9_]+)?\.json$")
 MODES = {"inf": "inference", "train": "training"}
-# The shared dataset names one Switch run "switch4" while its config file is switchxl4.json.
-MODEL_ALIASES = {"switch4": "switchxl4"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +63,9 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
         device = load_device(path.parent.name)
     except DeviceError as exc:
         raise ValueError(f"unknown GPU directory {path.parent.name!r}: {exc}") from None
-    stem = MODEL_ALIASES.get(m["model"], m["model"])
+    # No aliasing: the L4 "switch4" run, say, is a smaller Switch (d_model 768, per its
+    # per-node CSV) than switchxl4.json, so guessing a config would compare different models.
+    stem = m["model"]
     config = models / f"{stem}.json"
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")

@@ -1,0 +1,68 @@
+"""`tilecast evaluate` pieces: label discovery, published tables, summaries (no exports)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tilecast.evaluation.labels import discover_labels
+from tilecast.evaluation.published import load_published
+from tilecast.evaluation.runner import Run, _summaries
+
+
+def _label(root: Path, gpu: str, name: str, body: object) -> None:
+    (root / gpu).mkdir(parents=True, exist_ok=True)
+    (root / gpu / name).write_text(json.dumps(body) if not isinstance(body, str) else body)
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> tuple[Path, Path]:
+    labels, models = tmp_path / "labels", tmp_path / "models"
+    models.mkdir()
+    (models / "gpt2_large.json").write_text('{"model_type": "gpt2"}')
+    (models / "opt_13.json").write_text('{"model_type": "opt"}')
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4.json", {"e2e_latency": 1276.3})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4-fusion.json", {"e2e_latency": 886.8})
+    _label(labels, "NVIDIA_L4", "gpt2_large-train-1024-1-dp4.json", {"e2e_latency": 1.0})
+    _label(labels, "NVIDIA_L4", "gpt2_large-train-1024-2.json", {"e2e_latency": "fast"})
+    _label(labels, "NVIDIA_L4", "switch4-inf-512-1.json", {"e2e_latency": 50.0})
+    _label(labels, "NVIDIA_L4", "opt_13-inf-2048-2.json", {"fw_latency": 3.0})
+    _label(labels, "Imaginary_GPU", "gpt2_large-inf-1024-4.json", {"e2e_latency": 3.0})
+    return labels, models
+
+
+def test_labels_parsed_and_every_other_file_skipped_with_a_reason(tree):
+    labels, skipped = discover_labels(*tree)
+    assert [(lb.gpu, lb.model, lb.mode, lb.seq, lb.batch, lb.variant) for lb in labels] == [
+        ("NVIDIA_L4", "gpt2_large", "inference", 1024, 4, "fusion"),
+        ("NVIDIA_L4", "gpt2_large", "inference", 1024, 4, "plain")]
+    assert labels[0].device.name == "NVIDIA L4" and labels[1].measured_ms == 1276.3
+    reasons = {s.file.split("/")[-1]: s.reason for s in skipped}
+    assert "multi-GPU" in reasons["gpt2_large-train-1024-1-dp4.json"]
+    assert "non-numeric" in reasons["gpt2_large-train-1024-2.json"]
+    assert "no model config switch4.json" in reasons["switch4-inf-512-1.json"]
+    assert "missing or non-numeric e2e_latency" in reasons["opt_13-inf-2048-2.json"]
+    assert "unknown GPU directory 'Imaginary_GPU'" in reasons["gpt2_large-inf-1024-4.json"]
+
+
+def test_gpu_filter_accepts_directory_names_and_aliases(tree):
+    assert len(discover_labels(*tree, gpus=("l4",))[0]) == 2
+    assert discover_labels(*tree, gpus=("Tesla_T4",))[0] == []
+
+
+def test_published_tables(dataset_dir):
+    paper = load_published(dataset_dir / "published")
+    # values straight from the paper's tables (NeuSight rows)
+    assert paper[("NVIDIA_L4", "bert_large", "inference", 8, "plain")] == 14.6
+    assert paper[("NVIDIA_L4", "bert_large", "inference", 8, "fusion")] == 14.5
+    assert paper[("AMD_Instinct_MI210", "opt_13", "inference", 2, "plain")] == 10.3
+    assert ("NVIDIA_L4", "gpt3_xl", "inference", 8, "plain") not in paper  # empty cell
+
+
+def test_summary_rows_average_only_what_they_cover():
+    runs = [Run("NVIDIA_L4", "m", "inference", 1, 8, "plain", 10.0, 11.0, 10.0, 20.0),
+            Run("NVIDIA_L4", "m", "inference", 2, 8, "plain", 10.0, 13.0, 30.0, None)]
+    (s,) = _summaries(runs)
+    assert (s.n, s.mape_pct, s.paper_mape_pct, s.n_paper) == (2, 20.0, 20.0, 1)
