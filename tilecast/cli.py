@@ -365,5 +365,46 @@ def gate(ctx: click.Context, config_path: Path | None, update_baseline: bool, fm
         ctx.exit(1)
 
 
+@main.command()
+@click.option("--data", "data_dirs", multiple=True, required=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Kernel data laid out like the shared dataset (repeatable).")
+@click.option("-o", "--out", "out", required=True, type=click.Path(path_type=Path),
+              help="Folder (or its tilecast_predictor.onnx) to write the predictor to.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Epochs per family (default: recipe).")
+def train(data_dirs: tuple[Path, ...], out: Path, epochs: int | None) -> None:
+    """Train the learned predictor (needs torch: pip install 'tilecast[train]').
+
+    \b
+    Example:
+      tilecast train --data ../shared/datasets/neusight-asplos25 -o tilecast/learned/artifacts
+    """
+    from .learned.commands import train_command
+
+    click.echo(train_command(data_dirs, out, epochs, echo=lambda m: click.echo(m, err=True)),
+               nl=False)
+
+
+@main.command("kernels-eval")
+@click.option("--data", "data_dirs", multiple=True, required=True,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Kernel data with an eval split, laid out like the shared dataset.")
+@click.option("--predictor", "predictor_path", type=click.Path(exists=True, path_type=Path),
+              help="Predictor .onnx (or its folder); default: the shipped one.")
+@output_options(("table", "json"))
+def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, fmt: str,
+                 output: str | None) -> None:
+    """Kernel-level MAPE per GPU and op family: tilecast vs roofline vs a direct regressor.
+
+    \b
+    Example:
+      tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --format json
+    """
+    from .learned.commands import kernels_eval_command
+
+    write_output(kernels_eval_command(data_dirs, predictor_path, fmt,
+                                      echo=lambda m: click.echo(m, err=True)), output)
+
+
 def run() -> None:  # pragma: no cover - console entry for `python -m tilecast`
     sys.exit(main())

@@ -1,0 +1,138 @@
+"""Features, tiles and kernel-name parsing of the learned predictor (no data, no torch)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tilecast.device_db.loader import load_device
+from tilecast.learned import features as ft
+from tilecast.learned import tiles as tl
+
+
+def _columns(n: int = 5, seed: int = 0) -> ft.KernelColumns:
+    rng = np.random.default_rng(seed)
+    b, m, nn, k = (np.floor(2 ** rng.uniform(0, 11, n)) for _ in range(4))
+    rows, cols = np.floor(2 ** rng.uniform(0, 14, n)), np.floor(2 ** rng.uniform(0, 13, n))
+    return ft.KernelColumns(
+        flops=2 * b * m * nn * k, bytes=4 * b * (m * k + k * nn + m * nn), itemsize=np.full(n, 4.0),
+        elements=rows * cols, b=b, m=m, n=nn, k=k, rows=rows, cols=cols,
+        tile_m=np.full(n, 128.0), tile_n=np.full(n, 64.0))
+
+
+def _device_columns(n: int, name: str = "NVIDIA L4") -> ft.DeviceColumns:
+    dtypes, units = np.full(n, "float32", dtype=object), np.full(n, "vector", dtype=object)
+    return ft.device_columns([load_device(name)], np.zeros(n, dtype=np.int64), dtypes, units)
+
+
+def test_every_feature_is_named_with_units() -> None:
+    for family, names in ft.FEATURES.items():
+        assert len(names) == len(set(names)), family
+        assert all(name in ft.UNITS for name in names), family
+        assert ft.BUILDERS[family] is not None
+
+
+@pytest.mark.parametrize("family", sorted(ft.FEATURES))
+def test_features_deterministic_finite_and_ordered(family: str) -> None:
+    kc, dc = _columns(), _device_columns(5)
+    a, b = ft.build_features(family, kc, dc), ft.build_features(family, kc, dc)
+    assert a.names == ft.FEATURES[family]
+    assert a.x.dtype == np.float32 and a.x.shape == (5, len(a.names))
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.work_ms, b.work_ms)
+    assert np.isfinite(a.x).all() and (a.work_ms > 0).all()
+    assert np.allclose(a.launch_ms, 0.005)  # the device database's 5 us
+    bounded = [i for i, n in enumerate(a.names) if "log2" not in n and n != "operands_per_element"]
+    assert (a.x[:, bounded] >= 0).all() and (a.x[:, bounded] <= 1 + 1e-6).all()
+
+
+def test_roofline_terms_follow_the_device() -> None:
+    kc = _columns(1)
+    l4 = ft.build_features("matmul", kc, _device_columns(1, "NVIDIA L4"))
+    t4 = ft.build_features("matmul", kc, _device_columns(1, "Tesla T4"))
+    # FLOPs / peak and bytes / bandwidth, in ms: L4 30.3 TFLOP/s, 300 GB/s.
+    assert l4.compute_ms[0] == pytest.approx(kc.flops[0] / 30.3e12 * 1e3)
+    assert l4.memory_ms[0] == pytest.approx(kc.bytes[0] / 300e9 * 1e3)
+    assert t4.compute_ms[0] > l4.compute_ms[0]
+
+
+def test_fp16_changes_itemsize_feature_and_peak() -> None:
+    kc = _columns(1)
+    dev = load_device("NVIDIA A100 80GB PCIe")
+    cols = [ft.device_columns([dev], np.zeros(1, dtype=np.int64), np.array([dt], dtype=object),
+                              np.array(["matrix"], dtype=object)) for dt in ("float32", "float16")]
+    assert cols[1].peak_flops[0] > 10 * cols[0].peak_flops[0]  # tensor cores vs fp32 SIMT
+    half = ft.KernelColumns(**{**kc.__dict__, "itemsize": np.array([2.0])})
+    f = ft.build_features("matmul", half, cols[1])
+    assert f.x[0, f.names.index("log2_itemsize_bytes")] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("name", "tile"), [
+    ("ampere_sgemm_128x64_nn", (128, 64)),
+    ("volta_sgemm_32x32_sliced1x4_tn", (32, 32)),
+    ("maxwell_sgemm_128x64_nn", (128, 64)),
+    ("sgemm_32x32x32_NN_vec", (32, 32)),
+    ("sgemm_128x128x8_NT_vec", (128, 128)),
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_256x128_8x4_tn_align1>(...)", (256, 128)),
+    ("cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", (128, 128)),
+    ("cutlass_80_tensorop_s1688gemm_tilesize128x256x16_stage3", (128, 256)),
+    ("Cijk_Ailk_Bljk_SB_MT128x64x16_MI32x32x2x1_SE_1LDSB0", (128, 64)),
+    ("void at::native::vectorized_elementwise_kernel<4, ...>", None),
+])
+def test_parse_tile(name: str, tile: tuple[int, int] | None) -> None:
+    assert tl.parse_tile(name) == tile
+
+
+@pytest.mark.parametrize(("name", "family"), [
+    ("ampere_sgemm_128x64_nn", "ampere"), ("volta_sgemm_64x64_nn", "volta"),
+    ("maxwell_sgemm_128x64_tn", "maxwell"), ("sgemm_32x32x32_NN", None)])
+def test_kernel_family(name: str, family: str | None) -> None:
+    assert tl.kernel_family(name) == family
+
+
+@pytest.mark.parametrize(("rows", "cols", "blocks", "threads"), [
+    # Grids recorded in the NeuSight data (softmax_warp_forward: 128-thread blocks, 4 rows
+    # per block above 128 columns, 8 at or below; cunn_SoftMaxForward: a block per row).
+    (127, 168, 32, 128), (223, 114, 28, 128), (77, 3, 2, 128),
+    (32768, 1600, 32768, 256), (32768, 10240, 32768, 512), (100, 1025, 100, 128),
+    (100, 1033, 100, 256), (100, 2065, 100, 512),
+])
+def test_softmax_tiles_match_recorded_grids(rows: int, cols: int, blocks: int,
+                                            threads: int) -> None:
+    got_blocks, _, got_threads = tl.softmax_tiles(np.array([rows]), np.array([cols]),
+                                                  np.array([4.0]))
+    assert (got_blocks[0], got_threads[0]) == (blocks, threads)
+
+
+def test_elementwise_and_layernorm_tiles() -> None:
+    # add of 127 x 168 fp32: ceil(21336 / 512) = 42 blocks (recorded grid 42).
+    blocks, per_block = tl.elementwise_tiles(np.array([127 * 168]), np.array([4.0]))
+    assert (blocks[0], per_block[0]) == (42, 512)
+    blocks, _ = tl.elementwise_tiles(np.array([127 * 168]), np.array([2.0]))  # 8 fp16 / thread
+    assert blocks[0] == 21
+    assert tl.layernorm_tiles(np.array([60]))[0][0] == 60
+
+
+def test_tile_tree_round_trip_and_prediction() -> None:
+    tree = tl.TileTree(np.array([0, -1, -1]), np.array([5.0, 0, 0]), np.array([1, -1, -1]),
+                       np.array([2, -1, -1]), np.array([0, 0, 1]), ("64x64", "128x128"))
+    x = np.array([[4.0], [6.0]])
+    assert list(tree.predict(x)) == ["64x64", "128x128"]
+    again = tl.TileTree.from_json(tree.to_json())
+    assert list(again.predict(x)) == ["64x64", "128x128"]
+
+
+def test_tile_table_uses_nearest_older_generation() -> None:
+    leaf = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
+                       np.array([0]), ("128x128",))
+    table = tl.TileTable({"ampere/nn": leaf, "ampere/tn": leaf}, {})
+    x = tl.tree_features(np.array([8]), np.array([512]), np.array([512]), np.array([64]),
+                         np.array([58]))
+    assert table.select("ada", np.array(["nn"], dtype=object), x)[0] == "128x128"
+    assert table.tree_for("hopper", "tn") is leaf
+
+
+def test_tile_table_schema_is_checked() -> None:
+    from tilecast.errors import PredictorError
+
+    with pytest.raises(PredictorError, match="schema"):
+        tl.parse_tile_table({"schema": 999, "tree_features": list(tl.TREE_FEATURES)}, "x")

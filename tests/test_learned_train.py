@@ -1,0 +1,184 @@
+"""Data loading and training of the learned predictor: a tiny synthetic folder (fast), and
+checks against the shared NeuSight data when it is present."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilecast.learned.dataset import data_hash, load_kernels
+
+GPUS = ("Tesla T4", "NVIDIA A100-PCIE-40GB")
+HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z",
+          "Block x", "Block y", "Block z"]
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _row(op: str, gpu: str, latency: float, kernel: str, **dims: int) -> dict:
+    return {"OPName": op, "Latency": latency, "Device": gpu, "Kernel Name": kernel,
+            "Grid x": 1, "Grid y": 1, "Grid z": 1, "Block x": 128, "Block y": 1, "Block z": 1,
+            **dims}
+
+
+def make_dataset(root: Path, n: int = 24, seed: int = 0) -> Path:
+    """kernels/nvidia/{train,eval}: bmm, linear, add, softmax, ln on two GPUs, latency a
+    made-up function of the size (the smoke test checks plumbing, not accuracy)."""
+    rng = np.random.default_rng(seed)
+    base = root / "kernels" / "nvidia"
+    for gpu in GPUS:
+        scale = 1.0 if gpu == GPUS[0] else 0.4
+        files: dict[str, list[dict]] = {}
+        for _ in range(n):
+            b, m, nn, k = (int(2 ** rng.uniform(2, 9)) for _ in range(4))
+            lat = 0.02 + scale * 2 * b * m * nn * k / 4e12 * 1e3
+            files.setdefault("bmm", []).append(
+                _row("bmm", gpu, lat, "volta_sgemm_64x64_nn", B=b, M=m, N=nn, K=k))
+            files.setdefault("linear", []).append(
+                _row("linear", gpu, lat / b, "volta_sgemm_128x64_tn", B=1, M=m, N=nn, K=k))
+            rows, cols = int(2 ** rng.uniform(2, 13)), int(2 ** rng.uniform(2, 12))
+            lat = 0.02 + scale * 12 * rows * cols / 2e11 * 1e3
+            files.setdefault("add", []).append(_row("add", gpu, lat, "elementwise_kernel",
+                                                    B=rows, H=cols))
+            files.setdefault("softmax", []).append(_row("softmax", gpu, lat, "softmax",
+                                                        B=rows, H=cols))
+            files.setdefault("ln", []).append(_row("ln", gpu, lat * 1.2, "layer_norm",
+                                                   B=rows, H=4 * cols))
+        tag = gpu.replace(" ", "_")
+        for op, rows_ in files.items():
+            _write(base / "train" / op / f"{tag}.csv", rows_)
+    for op, name in (("bmm", "bmm"), ("linear", "linear"), ("add", "elem"),
+                     ("softmax", "softmax"), ("ln", "ln")):
+        rows_ = []
+        for gpu in GPUS:
+            with (base / "train" / op / f"{gpu.replace(' ', '_')}.csv").open() as fh:
+                rows_ += list(csv.DictReader(fh))[:4]
+        _write(base / "eval" / f"{name}.csv", rows_)
+    return root
+
+
+def test_loader_costs_follow_the_conventions(tmp_path: Path) -> None:
+    root = make_dataset(tmp_path)
+    s = load_kernels([root], "train")
+    assert set(s.family) == {"matmul", "elementwise", "softmax", "layernorm"}
+    assert len(s) == 2 * 5 * 24 and (s.dtype == "float32").all()
+    i = int(np.nonzero(s.op == "bmm")[0][0])
+    b, m, n, k = s.b[i], s.m[i], s.n[i], s.k[i]
+    assert s.flops[i] == 2 * b * m * n * k  # one FMA = 2 FLOPs
+    assert s.bytes[i] == 4 * b * (m * k + k * n + m * n)
+    j = int(np.nonzero(s.op == "add")[0][0])
+    assert s.bytes[j] == 12 * s.elements[j]  # two fp32 inputs, one output
+    ev = load_kernels([root], "eval")
+    assert len(ev) == 5 * 2 * 4
+    # The hash covers names and bytes of the training CSVs, and changes with them.
+    h = data_hash([root])
+    assert len(h) == 64 and h == data_hash([root])
+    (root / "kernels/nvidia/train/add/Tesla_T4.csv").write_text("OPName,Latency,Device\n")
+    assert data_hash([root]) != h
+
+
+def test_loader_rejects_empty_folder(tmp_path: Path) -> None:
+    from tilecast.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="no nvidia train kernel CSVs"):
+        load_kernels([tmp_path], "train")
+
+
+def test_training_smoke_exports_a_loadable_deterministic_predictor(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="training needs torch (pip install 'tilecast[train]')")
+    pytest.importorskip("sklearn", reason="the tile table needs scikit-learn")
+    from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.export import ARTIFACT_NAME
+    from tilecast.learned.predictor import OnnxPredictor
+    from tilecast.learned.train import TrainConfig, train_all
+
+    root = make_dataset(tmp_path / "data")
+    config = TrainConfig(hidden=(8,), epochs=2, batch_size=16, devices=GPUS)
+    lines: list[str] = []
+    outs = []
+    for run in ("a", "b"):
+        scores = train_all([root], tmp_path / run, config, progress=lines.append)
+        assert set(scores) == {"matmul", "elementwise", "softmax", "layernorm"}
+        assert all(math.isfinite(v) for v in scores.values())
+        outs.append(OnnxPredictor(tmp_path / run / ARTIFACT_NAME))
+    assert any("val MAPE" in line and "epoch   2/2" in line for line in lines)
+    assert (tmp_path / "a" / "tile_table.json").is_file()
+    assert outs[0].metadata["training_data_sha256"] == data_hash([root])
+    k = Kernel("mm", ("mm",), "MatMul", OpCost("matmul", 2 * 8 * 64**3, 4 * 8 * 3 * 64**2,
+                                                "float32", "matrix",
+                                                matmul=MatmulDims(8, 64, 64, 64)))
+    dev = load_device("NVIDIA L4")
+    a, b = (o.predict([k], dev)[0].latency_ms for o in outs)
+    assert a == b and a > 0  # same seed, same data: the same model
+
+
+@pytest.fixture(scope="module")
+def shared_train(dataset_dir: Path):
+    return load_kernels([dataset_dir], "train")
+
+
+def test_shared_data_row_kernel_grids_match_the_tile_rules(shared_train) -> None:
+    from tilecast.learned import tiles as tl
+
+    s = shared_train
+    assert len(s) > 200_000 and {"Tesla T4", "NVIDIA A100-PCIE-40GB"} <= set(s.device)
+    for family, rule in (("softmax", lambda x: tl.softmax_tiles(x.rows, x.cols, x.itemsize)),
+                         ("layernorm", lambda x: tl.layernorm_tiles(x.rows))):
+        x = s.select(s.family == family)
+        blocks, _, threads = rule(x)
+        assert (blocks == x.grid).all() and (threads == x.block_threads).all(), family
+    x = s.select(s.family == "elementwise")
+    assert (tl.elementwise_tiles(x.elements, x.itemsize)[0] == x.grid).all()
+
+
+def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_train) -> None:
+    pytest.importorskip("sklearn", reason="the tile table needs scikit-learn")
+    from tilecast.learned import prepare
+
+    train = shared_train
+    table = prepare.fit_tiles(train.select(np.isin(train.device, prepare.TRAIN_DEVICES)))
+    ev = load_kernels([dataset_dir], "eval")
+    ev = ev.select((ev.device == "NVIDIA A100-PCIE-40GB") & (ev.op == "bmm"))
+    fam, layout, x = prepare.matmul_tree_inputs(ev, [prepare.default_lookup(ev.device[0])],
+                                                np.zeros(len(ev), dtype=np.int64))
+    picked = table.select("ampere", layout, x)
+    assert np.mean(picked == prepare.measured_tiles(ev)) > 0.95
+
+
+def test_cli_train_then_kernels_eval_json(tmp_path: Path) -> None:
+    pytest.importorskip("torch", reason="training needs torch (pip install 'tilecast[train]')")
+    pytest.importorskip("sklearn", reason="the tile table and direct baseline need scikit-learn")
+    import json
+
+    from click.testing import CliRunner
+
+    from tilecast.cli import main
+
+    root = make_dataset(tmp_path / "data")
+    out = tmp_path / "model"
+    runner = CliRunner()
+    r = runner.invoke(main, ["train", "--data", str(root), "-o", str(out), "--epochs", "1"])
+    assert r.exit_code == 0, r.output
+    assert "validation MAPE" in r.output and (out / "tilecast_predictor.onnx").is_file()
+    r = runner.invoke(main, ["kernels-eval", "--data", str(root), "--predictor",
+                             str(out / "tilecast_predictor.onnx"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)["rows"]
+    assert {row["predictor"] for row in rows} == {"tilecast", "roofline", "direct"}
+    assert {row["family"] for row in rows} == {"matmul", "linear", "elementwise", "softmax",
+                                               "layernorm"}
+    assert {row["gpu"] for row in rows} == set(GPUS)
+    assert all(row["n"] == 4 and row["mape_pct"] >= 0 for row in rows)
+    r = runner.invoke(main, ["kernels-eval", "--data", str(tmp_path / "nothing")])
+    assert r.exit_code == 2  # a missing folder is bad input, not a traceback

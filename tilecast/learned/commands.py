@@ -1,0 +1,57 @@
+"""What the ``tilecast train`` and ``tilecast kernels-eval`` commands run (the CLI stays thin)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from ..errors import ConfigError
+
+Echo = Callable[[str], None]
+
+
+def _out_folder(path: Path) -> Path:
+    """``-o`` may name the folder or the .onnx file inside it (its name is fixed)."""
+    from .export import ARTIFACT_NAME
+
+    if path.suffix == ".onnx":
+        if path.name != ARTIFACT_NAME:
+            raise ConfigError(f"the predictor file must be named {ARTIFACT_NAME} (got {path})")
+        return path.parent
+    return path
+
+
+def train_command(data_dirs: Sequence[Path], out: Path, epochs: int | None, echo: Echo) -> str:
+    """Train every family, write the artifacts, return a summary line per family."""
+    try:
+        from .train import TrainConfig, train_all
+    except ImportError as exc:
+        raise ConfigError(f"tilecast train needs torch ({exc.name} is missing): "
+                          "pip install 'tilecast[train]'") from exc
+    config = TrainConfig() if epochs is None else TrainConfig(epochs=epochs)
+    t0 = time.perf_counter()
+    folder = _out_folder(out)
+    scores = train_all(data_dirs, folder, config, progress=echo)
+    lines = [f"{fam:12s} validation MAPE {val:5.1f} % (held-out shapes, training GPUs)"
+             for fam, val in scores.items()]
+    lines.append(f"wrote {folder} in {time.perf_counter() - t0:.0f} s")
+    return "\n".join(lines) + "\n"
+
+
+def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt: str,
+                         echo: Echo) -> str:
+    """The MAPE table (or JSON) of tilecast, roofline and the direct regressor."""
+    from .evaluate import PREDICTORS, evaluate_kernels, format_table
+
+    names = PREDICTORS
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        echo("scikit-learn is missing: the 'direct' baseline is skipped")
+        names = tuple(p for p in PREDICTORS if p != "direct")
+    rows = evaluate_kernels(data_dirs, predictor, predictors=names)
+    if fmt == "json":
+        return json.dumps({"rows": [r.to_json() for r in rows]}, indent=1) + "\n"
+    return format_table(rows) + "\n"

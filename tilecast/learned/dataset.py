@@ -1,0 +1,189 @@
+"""Load measured kernels laid out like the NeuSight ASPLOS'25 release into typed numpy columns.
+
+Layout (any number of roots may be given; each is read the same way)::
+
+    <root>/kernels/<vendor>/train/<op>/<GPU>.csv   training kernels, one file per op and GPU
+    <root>/kernels/<vendor>/eval/<name>.csv        held-out shapes, every GPU in one file
+
+A root may also be the ``kernels`` folder itself. The static cost of each measured kernel (FLOPs,
+bytes) follows tilecast's conventions (see ``analyzer/types.py``): one FMA = 2 FLOPs, bytes =
+unique DRAM bytes read + written once per tensor at the dtype's size, so the features computed
+here are the ones serving computes from an analyzer ``Kernel``.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import numpy as np
+
+from ..analyzer.types import DTYPE_SIZE
+from ..errors import ConfigError
+
+# Op of the CSV -> (family, tensor operands moved per output element, FLOPs per element).
+# Operands: "u" ops have one scalar operand, so they read one tensor and write one (2); binary
+# tensor ops read two and write one (3). FLOPs per element are the analyzer's (costs/*.py):
+# Pow 3 (exp(y log x)), erf Gelu 5, the rest 1.
+ELEMENTWISE_OPS: dict[str, tuple[int, float]] = {
+    "add": (3, 1), "addu": (2, 1), "mul": (3, 1), "mulu": (2, 1), "div": (3, 1),
+    "divu": (2, 1), "pow": (3, 3), "powu": (2, 3), "relu": (2, 1), "gelu": (2, 5),
+    "tanh": (2, 1),
+}
+SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
+LAYERNORM_FLOPS_PER_ELEMENT = 8  # mean 1, variance 3, normalize 2, affine 2
+FAMILY_OF_OP = {"bmm": "matmul", "linear": "matmul", "softmax": "softmax", "ln": "layernorm",
+                **{op: "elementwise" for op in ELEMENTWISE_OPS}}
+# eval/<file>.csv -> the op family it holds (elem.csv mixes elementwise ops, named per row).
+EVAL_FILES = ("bmm", "linear", "elem", "softmax", "ln")
+
+
+@dataclass(frozen=True)
+class KernelSamples:
+    """Measured kernels as parallel numpy columns (one row per measured kernel).
+
+    Dims that do not apply to a row's family are 0 (e.g. ``rows`` of a matmul).
+    """
+
+    op: np.ndarray  # str: CSV OPName (bmm, linear, add, softmax, ln, ...)
+    family: np.ndarray  # str: matmul | elementwise | softmax | layernorm
+    device: np.ndarray  # str: the CSV's Device column, e.g. "NVIDIA L4"
+    split: np.ndarray  # str: train | eval
+    latency_ms: np.ndarray  # float64
+    b: np.ndarray  # int64 matmul batch
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    rows: np.ndarray  # int64 row kernels: rows x cols
+    cols: np.ndarray
+    elements: np.ndarray  # int64 output elements
+    flops: np.ndarray  # float64
+    bytes: np.ndarray  # float64
+    dtype: np.ndarray  # str: ONNX dtype name ("float32"; a "Dtype" column overrides)
+    itemsize: np.ndarray  # float64 bytes per element of the dtype (4: float32)
+    kernel_name: np.ndarray  # str: the launched kernel (carries the cuBLAS tile)
+    grid: np.ndarray  # int64 thread blocks launched (grid x*y*z)
+    block_threads: np.ndarray  # int64 threads per block
+
+    def __len__(self) -> int:
+        return len(self.latency_ms)
+
+    def select(self, mask: np.ndarray) -> KernelSamples:
+        return KernelSamples(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
+
+    @staticmethod
+    def concat(parts: Sequence[KernelSamples]) -> KernelSamples:
+        return KernelSamples(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
+                                for f in fields(KernelSamples)})
+
+
+def _int(row: dict[str, str], key: str) -> int:
+    value = row.get(key)
+    return int(float(value)) if value not in (None, "") else 0
+
+
+def _costs(op: str, r: dict[str, str]) -> tuple[int, ...]:
+    """(b, m, n, k, rows, cols, elements) of one CSV row."""
+    if op in ("bmm", "linear"):
+        b, m, n, k = (max(_int(r, c), 1) for c in "BMNK")
+        return b, m, n, k, 0, 0, b * m * n
+    rows, cols = max(_int(r, "B"), 1), max(_int(r, "H"), 1)
+    return 0, 0, 0, 0, rows, cols, rows * cols
+
+
+def _flops_bytes(op: str, dims: tuple[int, ...], itemsize: float) -> tuple[float, float]:
+    b, m, n, k, rows, cols, elements = dims
+    if op == "bmm":
+        return 2.0 * b * m * n * k, itemsize * b * (m * k + k * n + m * n)
+    if op == "linear":  # y = x W^T + bias
+        return 2.0 * m * n * k + m * n, itemsize * (m * k + n * k + m * n + n)
+    if op == "softmax":
+        return SOFTMAX_FLOPS_PER_ELEMENT * elements, itemsize * 2.0 * elements
+    if op == "ln":  # x in, y out, gamma and beta
+        return LAYERNORM_FLOPS_PER_ELEMENT * elements, itemsize * (2.0 * elements + 2 * cols)
+    operands, flops = ELEMENTWISE_OPS[op]
+    return flops * elements, itemsize * operands * elements
+
+
+def read_csv(path: Path, split: str) -> KernelSamples | None:
+    """One CSV file -> samples (rows of ops tilecast does not model are skipped)."""
+    cols: dict[str, list] = {f.name: [] for f in fields(KernelSamples)}
+    with path.open(newline="") as fh:
+        for r in csv.DictReader(fh):
+            op = (r.get("OPName") or "").strip()
+            if op not in FAMILY_OF_OP:
+                continue
+            dims = _costs(op, r)
+            dtype = (r.get("Dtype") or "float32").strip()  # the NeuSight release is all fp32
+            itemsize = DTYPE_SIZE.get(dtype, 4)
+            flops, nbytes = _flops_bytes(op, dims, itemsize)
+            grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
+            threads = max(_int(r, "Block x"), 1) * max(_int(r, "Block y"), 1) * max(
+                _int(r, "Block z"), 1)
+            for key, value in zip(("b", "m", "n", "k", "rows", "cols", "elements"), dims,
+                                  strict=True):
+                cols[key].append(value)
+            values = (op, FAMILY_OF_OP[op], r["Device"].strip(), split, float(r["Latency"]),
+                      flops, nbytes, dtype, itemsize, r.get("Kernel Name", ""), grid, threads)
+            for key, value in zip(("op", "family", "device", "split", "latency_ms", "flops",
+                                   "bytes", "dtype", "itemsize", "kernel_name", "grid",
+                                   "block_threads"),
+                                  values, strict=True):
+                cols[key].append(value)
+    if not cols["op"]:
+        return None
+    return _to_arrays(cols)
+
+
+_STR_FIELDS = ("op", "family", "device", "split", "dtype", "kernel_name")
+_FLOAT_FIELDS = ("latency_ms", "flops", "bytes", "itemsize")
+
+
+def _to_arrays(cols: dict[str, list]) -> KernelSamples:
+    out = {}
+    for name, values in cols.items():
+        dtype = object if name in _STR_FIELDS else (
+            np.float64 if name in _FLOAT_FIELDS else np.int64)
+        out[name] = np.asarray(values, dtype=dtype)
+    return KernelSamples(**out)
+
+
+def kernel_files(root: Path, split: str, vendor: str = "nvidia") -> list[Path]:
+    """CSV files of one split under a data root (sorted, so loading is deterministic)."""
+    base = root / "kernels" if (root / "kernels").is_dir() else root
+    folder = base / vendor / split
+    if split == "train":
+        return sorted(folder.glob("*/*.csv"))
+    return sorted(p for p in (folder / f"{name}.csv" for name in EVAL_FILES) if p.is_file())
+
+
+def load_kernels(roots: Iterable[Path | str], split: str = "train",
+                 vendor: str = "nvidia") -> KernelSamples:
+    """Every modelled kernel of ``split`` ("train" or "eval") under the given roots."""
+    parts: list[KernelSamples] = []
+    searched = []
+    for root in roots:
+        root = Path(root)
+        searched.append(str(root))
+        for path in kernel_files(root, split, vendor):
+            part = read_csv(path, split)
+            if part is not None:
+                parts.append(part)
+    if not parts:
+        raise ConfigError(f"no {vendor} {split} kernel CSVs under {', '.join(searched)} "
+                          f"(expected kernels/{vendor}/{split}/...)")
+    return KernelSamples.concat(parts)
+
+
+def data_hash(roots: Iterable[Path | str], split: str = "train", vendor: str = "nvidia") -> str:
+    """sha256 over the relative names and bytes of the CSVs a training run reads."""
+    h = hashlib.sha256()
+    for root in roots:
+        root = Path(root)
+        for path in kernel_files(root, split, vendor):
+            h.update(str(path.relative_to(root)).encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()

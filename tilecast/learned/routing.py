@@ -1,0 +1,170 @@
+"""Map analyzer kernels to the trained families' inputs ("parts"): one Python pass that reads
+each kernel once, then numpy.
+
+A kernel becomes one part, or several whose latencies add up (attention). The rules, and why:
+
+- matmul / conv with ``cost.matmul``: the matmul model. Conv uses its implicit-GEMM view
+  (cuDNN's fp32 convolutions run GEMM-like tiles), flagged as a fallback.
+- elementwise: the elementwise model on ``elements``, ``bytes`` and ``flops``.
+- softmax / normalization with ``cost.rows``: the softmax / layernorm model.
+- attention with ``cost.matmul`` (b = batch*heads, m = seq_q, n = seq_kv, k = head_dim): what
+  eager PyTorch launches: Q K^T (b, m, n, k), softmax over b*m rows of n, P V (b, m, k, n).
+- everything else (reduction, pooling, gather, movement, unsupported) or a kernel without the
+  dims its family needs: the memory-bound rule, the elementwise model on a copy moving the
+  kernel's bytes (bytes / 2 read, bytes / 2 written) with its FLOPs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import attrgetter
+
+import numpy as np
+
+from ..analyzer.types import DTYPE_SIZE, Kernel
+from .dataset import SOFTMAX_FLOPS_PER_ELEMENT
+
+_KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
+         "attention": 5}
+_OTHER = 6
+_NO_MM = (0, 0, 0, 0)
+_NO_ROWS = (0, 0)
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Columns of one family's parts; ``kernel`` indexes the input kernels."""
+
+    kernel: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    itemsize: np.ndarray
+    elements: np.ndarray
+    b: np.ndarray
+    m: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    rows: np.ndarray
+    cols: np.ndarray
+    dtype: np.ndarray  # str
+    unit: np.ndarray  # str: "matrix" | "vector"
+    layout: np.ndarray  # str: "nn" batched matmul | "tn" linear (matmul only)
+    primary: np.ndarray  # bool: this part names the kernel's tile
+    fallback: np.ndarray  # bool: routed by a rule rather than the kernel's own model
+
+
+@dataclass(frozen=True)
+class Routed:
+    parts: dict[str, Parts]
+    dtype: np.ndarray  # per kernel
+    estimated: np.ndarray  # per kernel: cost.estimated
+
+
+_COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
+                   "estimated")
+_MM = attrgetter("b", "m", "n", "k")
+_ROWS = attrgetter("rows", "cols")
+
+
+def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
+    """(numbers (n, 15), dtype names, unit names) read from the kernels in one pass (the hot
+    loop of serving: C-level attribute getters, one tuple per kernel); the last two columns
+    index the name lists."""
+    recs = []
+    append = recs.append
+    dtypes: dict[str, int] = {}
+    units: dict[str, int] = {}
+    size, kinds = DTYPE_SIZE, _KIND
+    for kernel in kernels:
+        fam, flops, nbytes, dtype, elements, mm, rd, unit, est = _COST(kernel.cost)
+        d = dtypes.get(dtype)
+        if d is None:
+            d = dtypes[dtype] = len(dtypes)
+        u = units.get(unit)
+        if u is None:
+            u = units[unit] = len(units)
+        append((kinds.get(fam, _OTHER), flops, nbytes, size.get(dtype, 4), elements,
+                *(_MM(mm) if mm is not None else _NO_MM),
+                *(_ROWS(rd) if rd is not None else _NO_ROWS),
+                kernel.op_type == "Gemm", est, d, u))
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 15)
+    return arr, list(dtypes), list(units)
+
+
+def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit: np.ndarray,
+           layout: np.ndarray | None = None, primary: bool = True,
+           fallback: np.ndarray | bool = False) -> Parts:
+    n = len(idx)
+    return Parts(idx, *(np.asarray(cols[k], dtype=np.float64) for k in (
+        "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k", "rows", "cols")),
+        dtype, unit, layout if layout is not None else np.full(n, "nn", dtype=object),
+        np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy())
+
+
+def _concat(parts: list[Parts]) -> Parts:
+    return Parts(*(np.concatenate([getattr(p, f) for p in parts])
+                   for f in Parts.__dataclass_fields__))
+
+
+def route(kernels: Sequence[Kernel]) -> Routed:
+    """Parts per trained family for ``kernels``."""
+    a, dtypes, units = _read(kernels)
+    dtype = np.array(dtypes, dtype=object)[a[:, 13].astype(np.int64)]
+    unit = np.array(units, dtype=object)[a[:, 14].astype(np.int64)]
+    estimated = a[:, 12] > 0
+    col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
+                    "rows", "cols", "gemm"), a.T[:12], strict=True))
+    kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
+    is_mm = ((kind == 0) | (kind == 1)) & has_mm
+    is_attn = (kind == 5) & has_mm
+    is_soft, is_norm = (kind == 3) & has_rows, (kind == 4) & has_rows
+    is_ew = kind == 2
+    other = ~(is_mm | is_attn | is_soft | is_norm | is_ew)
+
+    def sub(mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        idx = np.nonzero(mask)[0]
+        return idx, {k: v[idx] for k, v in col.items()}
+
+    idx, c = sub(is_mm)
+    c["elements"] = c["b"] * c["m"] * c["n"]
+    layout = np.where((c["gemm"] > 0) | (c["b"] == 1), "tn", "nn").astype(object)
+    matmul = [_parts(idx, c, dtype[idx], unit[idx], layout, fallback=kind[idx] == 1)]
+    idx, c = sub(is_ew)
+    elementwise = [_parts(idx, c | {"elements": np.maximum(c["elements"], 1)}, dtype[idx],
+                          np.full(len(idx), "vector", dtype=object))]
+    idx, c = sub(other)
+    copy = np.maximum(c["bytes"] / (2.0 * c["itemsize"]), 1.0)
+    elementwise.append(_parts(idx, c | {"elements": copy, "bytes": 2 * copy * c["itemsize"]},
+                              dtype[idx], np.full(len(idx), "vector", dtype=object),
+                              fallback=True))
+    rows = {}
+    for name, mask in (("softmax", is_soft), ("layernorm", is_norm)):
+        idx, c = sub(mask)
+        rows[name] = [_parts(idx, c | {"elements": c["rows"] * c["cols"]}, dtype[idx],
+                             np.full(len(idx), "vector", dtype=object))]
+    _attention(col, np.nonzero(is_attn)[0], dtype, matmul, rows["softmax"])
+    parts = {"matmul": _concat(matmul), "elementwise": _concat(elementwise),
+             "softmax": _concat(rows["softmax"]), "layernorm": _concat(rows["layernorm"])}
+    return Routed(parts, dtype, estimated)
+
+
+def _attention(col: dict[str, np.ndarray], idx: np.ndarray, dtype: np.ndarray,
+               matmul: list[Parts], softmax: list[Parts]) -> None:
+    """Q K^T, softmax, P V parts of fused attention kernels (eager PyTorch's three kernels)."""
+    b, m, n, k, size = (col[x][idx] for x in ("b", "m", "n", "k", "itemsize"))
+    scores = b * m * n
+    zeros, dt = np.zeros(len(idx)), dtype[idx]
+    mat, vec = np.full(len(idx), "matrix", dtype=object), np.full(len(idx), "vector", dtype=object)
+    base = {"itemsize": size, "rows": zeros, "cols": zeros}
+    qk = base | {"flops": 2 * scores * k, "bytes": size * b * (m * k + n * k + m * n),
+                 "elements": scores, "b": b, "m": m, "n": n, "k": k}
+    pv = base | {"flops": 2 * scores * k, "bytes": size * b * (m * n + n * k + m * k),
+                 "elements": b * m * k, "b": b, "m": m, "n": k, "k": n}
+    sm = {"flops": SOFTMAX_FLOPS_PER_ELEMENT * scores, "bytes": size * 2 * scores,
+          "itemsize": size, "elements": scores, "b": zeros, "m": zeros, "n": zeros,
+          "k": zeros, "rows": b * m, "cols": n}
+    nn = np.full(len(idx), "nn", dtype=object)
+    matmul.append(_parts(idx, qk, dt, mat, nn, fallback=True))
+    matmul.append(_parts(idx, pv, dt, mat, nn, primary=False, fallback=True))
+    softmax.append(_parts(idx, sm, dt, vec, primary=False, fallback=True))

@@ -1,0 +1,230 @@
+"""Tiles (thread blocks) of the kernels tilecast models, and how they are chosen.
+
+Matmul: cuBLAS picks an output tile (``tm x tn``) per shape with heuristics that differ by GPU
+generation. The tile table (``artifacts/tile_table.json``) holds, per sgemm kernel family (the
+prefix of the kernel names: maxwell, volta, ampere), a small decision tree learned from the tiles
+the measurements record, on scale-free features (log2 dims, tiles per SM). A GPU whose
+generation has no measurements uses the nearest older generation's family (``ARCH_FAMILY``).
+
+Row and elementwise kernels: PyTorch's native CUDA kernels fix their block shape from the
+problem (not the GPU), so a closed-form rule replaces the table (``row_tiles``).
+
+Serving needs only numpy: the trees are evaluated vectorized from their JSON arrays.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import PredictorError
+
+TILE_TABLE_PATH = Path(__file__).parent / "artifacts" / "tile_table.json"
+TILE_TABLE_SCHEMA = 1
+REGENERATE = (
+    "tilecast train --data ../shared/datasets/neusight-asplos25 -o tilecast/learned/artifacts")
+
+# GPU generation -> the cuBLAS fp32 SIMT kernel family it runs. Ada and Hopper have no fp32
+# measurements here; they take the newest older family (Ampere), which CUDA 12's cuBLAS also
+# ships for them. Pascal's sgemm kernels carry the "maxwell" prefix.
+ARCH_FAMILY = {"maxwell": "maxwell", "pascal": "maxwell", "volta": "volta", "turing": "volta",
+               "ampere": "ampere", "ada": "ampere", "hopper": "ampere", "blackwell": "ampere"}
+_TILE_RE = re.compile(r"(?:tilesize|MT|gemm_|scudnn_(?:winograd_)?)(\d+)x(\d+)")
+_FAMILY_RE = re.compile(r"(maxwell|volta|turing|ampere|ada|hopper)_")
+# PyTorch 2.x native kernels: 128 threads per block; the vectorized elementwise kernel moves 16
+# bytes per thread (4 fp32), layer norm's vectorized kernel handles one row per block.
+ELEMENTWISE_THREADS = 128
+VECTOR_BYTES = 16
+ROW_THREADS = 128
+SOFTMAX_WARP_MAX_BYTES = 4096  # rows up to 1024 fp32 use the warp-per-row softmax
+SOFTMAX_MAX_BLOCK = 1024
+WARP = 32
+
+TREE_FEATURES = ("log2_b", "log2_m", "log2_n", "log2_k", "log2_sms", "log2_tiles128_per_sm")
+
+
+def parse_tile(kernel_name: str) -> tuple[int, int] | None:
+    """(tm, tn) of a GEMM-like kernel name, e.g. ``ampere_sgemm_128x64_nn`` -> (128, 64)."""
+    match = _TILE_RE.search(kernel_name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def kernel_family(kernel_name: str) -> str | None:
+    """The sgemm family prefix of a kernel name (``volta_sgemm_64x64_nn`` -> ``volta``)."""
+    match = _FAMILY_RE.search(kernel_name)
+    return match.group(1) if match else None
+
+
+def tree_features(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray,
+                  sm_count: np.ndarray) -> np.ndarray:
+    """Scale-free inputs of the tile trees, shape (n, len(TREE_FEATURES))."""
+    b, m, n, k, sms = (np.maximum(np.asarray(a, dtype=np.float64), 1.0)
+                       for a in (b, m, n, k, sm_count))
+    tiles128 = b * np.ceil(m / 128) * np.ceil(n / 128)
+    return np.stack([np.log2(b), np.log2(m), np.log2(n), np.log2(k), np.log2(sms),
+                     np.log2(tiles128 / sms)], axis=1)
+
+
+@dataclass(frozen=True)
+class TileTree:
+    """A fitted decision tree as arrays; leaves hold an index into ``tiles``."""
+
+    feature: np.ndarray  # int, -1 at leaves
+    threshold: np.ndarray
+    left: np.ndarray
+    right: np.ndarray
+    leaf_tile: np.ndarray  # int index into tiles (valid at leaves)
+    tiles: tuple[str, ...]
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """Tile strings for each row of ``x`` (vectorized walk, one step per depth level)."""
+        node = np.zeros(len(x), dtype=np.int64)
+        for _ in range(64):
+            feat = self.feature[node]
+            inner = feat >= 0
+            if not inner.any():
+                break
+            idx = np.nonzero(inner)[0]
+            go_left = x[idx, feat[idx]] <= self.threshold[node[idx]]
+            node[idx] = np.where(go_left, self.left[node[idx]], self.right[node[idx]])
+        return np.asarray(self.tiles, dtype=object)[self.leaf_tile[node]]
+
+    def to_json(self) -> dict:
+        return {"feature": self.feature.tolist(), "threshold": self.threshold.tolist(),
+                "left": self.left.tolist(), "right": self.right.tolist(),
+                "leaf_tile": self.leaf_tile.tolist(), "tiles": list(self.tiles)}
+
+    @staticmethod
+    def from_json(d: dict) -> TileTree:
+        return TileTree(np.asarray(d["feature"], dtype=np.int64),
+                        np.asarray(d["threshold"], dtype=np.float64),
+                        np.asarray(d["left"], dtype=np.int64),
+                        np.asarray(d["right"], dtype=np.int64),
+                        np.asarray(d["leaf_tile"], dtype=np.int64), tuple(d["tiles"]))
+
+
+@dataclass(frozen=True)
+class TileTable:
+    """Per (kernel family, layout) tile trees; layout "nn" = batched matmul, "tn" = linear."""
+
+    trees: dict[str, TileTree]
+    observed: dict[str, dict[str, int]]  # "<device>/<op>" -> tile -> count (for reports)
+
+    def tree_for(self, arch: str, layout: str) -> TileTree:
+        family = ARCH_FAMILY.get(arch)
+        key = f"{family}/{layout}"
+        if key not in self.trees:  # an unknown generation: the newest family measured
+            key = sorted(k for k in self.trees if k.endswith(layout))[0]
+        return self.trees[key]
+
+    def select(self, arch: str, layout: np.ndarray, x: np.ndarray) -> np.ndarray:
+        """Tile strings for one device's kernels; ``layout`` is "nn" / "tn" per row."""
+        out = np.empty(len(x), dtype=object)
+        for lay in ("nn", "tn"):
+            mask = layout == lay
+            if mask.any():
+                out[mask] = self.tree_for(arch, lay).predict(x[mask])
+        return out
+
+    def to_json(self) -> dict:
+        return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
+                "tree_features": list(TREE_FEATURES), "arch_family": ARCH_FAMILY,
+                "trees": {k: t.to_json() for k, t in sorted(self.trees.items())},
+                "observed": self.observed}
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+
+def load_tile_table(path: Path | None = None) -> TileTable:
+    path = path or TILE_TABLE_PATH
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PredictorError(f"cannot read the tile table {path}: {exc}") from exc
+    return parse_tile_table(d, str(path))
+
+
+def parse_tile_table(d: dict, origin: str) -> TileTable:
+    """Validate and build a tile table from its JSON form."""
+    if d.get("schema") != TILE_TABLE_SCHEMA or tuple(d.get("tree_features", ())) != TREE_FEATURES:
+        raise PredictorError(f"tile table {origin} has schema {d.get('schema')!r}, "
+                             f"expected {TILE_TABLE_SCHEMA}; regenerate it: {REGENERATE}")
+    try:
+        return TileTable({k: TileTree.from_json(v) for k, v in d["trees"].items()},
+                         d.get("observed", {}))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PredictorError(f"tile table {origin} is malformed: {exc}") from exc
+
+
+def split_tiles(tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Tile strings "TMxTN" -> (tm, tn) float arrays (each distinct string parsed once)."""
+    if not len(tiles):
+        return np.zeros(0), np.zeros(0)
+    uniq, inverse = np.unique(np.asarray(tiles, dtype=str), return_inverse=True)
+    pairs = np.array([t.split("x") for t in uniq.tolist()], dtype=np.float64).reshape(-1, 2)
+    pairs = pairs[inverse.reshape(-1)]
+    return pairs[:, 0], pairs[:, 1]
+
+
+def elementwise_tiles(elements: np.ndarray, itemsize: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(blocks, elements per block) of PyTorch's vectorized elementwise kernel."""
+    per_block = ELEMENTWISE_THREADS * np.maximum(VECTOR_BYTES // np.maximum(itemsize, 1), 1)
+    return np.ceil(np.maximum(elements, 1) / per_block), per_block.astype(np.float64)
+
+
+def _next_pow2(x: np.ndarray) -> np.ndarray:
+    return 2.0 ** np.ceil(np.log2(np.maximum(x, 1)))
+
+
+def softmax_tiles(rows: np.ndarray, cols: np.ndarray,
+                  itemsize: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(blocks, rows per block, threads per block) of PyTorch's softmax forward.
+
+    Short rows: ``softmax_warp_forward`` (a warp, or part of one, per row; two rows per warp up
+    to 128 columns; 128-thread blocks). Long rows: ``cunn_SoftMaxForward``, one block per row,
+    the largest power of two below half of cols / ILP (ILP: 16-byte vectors), at least a warp.
+    """
+    rows, cols = np.asarray(rows, np.float64), np.asarray(cols, np.float64)
+    warp_kernel = cols * itemsize <= SOFTMAX_WARP_MAX_BYTES
+    pow2 = _next_pow2(cols)
+    lanes = np.minimum(pow2, WARP)
+    rows_per_block_w = (ROW_THREADS / lanes) * np.where(pow2 <= 128, 2, 1)
+    ilp = np.maximum(VECTOR_BYTES // np.maximum(itemsize, 1), 1)
+    max_block = np.minimum(np.floor(cols / ilp), SOFTMAX_MAX_BLOCK)
+    threads_b = np.maximum(_next_pow2(np.maximum(np.floor(max_block / 2), 1)), WARP)
+    rows_per_block = np.where(warp_kernel, rows_per_block_w, 1.0)
+    threads = np.where(warp_kernel, ROW_THREADS, threads_b)
+    return np.ceil(rows / rows_per_block), rows_per_block, threads
+
+
+def layernorm_tiles(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(blocks, rows per block, threads): one 128-thread block per row."""
+    rows = np.asarray(rows, np.float64)
+    return np.maximum(rows, 1), np.ones_like(rows), np.full_like(rows, ROW_THREADS)
+
+
+def fit_tile_table(kind: np.ndarray, layout: np.ndarray, x: np.ndarray, tiles: np.ndarray,
+                   observed: dict[str, dict[str, int]], seed: int = 0) -> TileTable:
+    """One decision tree per (kernel family, layout) from measured tiles (needs scikit-learn)."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    trees = {}
+    for key in sorted({f"{a}/{b}" for a, b in zip(kind, layout, strict=True)}):
+        fam, lay = key.split("/")
+        mask = (kind == fam) & (layout == lay)
+        names = tuple(sorted(set(tiles[mask])))
+        y = np.array([names.index(t) for t in tiles[mask]])
+        clf = DecisionTreeClassifier(max_depth=8, min_samples_leaf=20, random_state=seed)
+        clf.fit(x[mask], y)
+        t = clf.tree_
+        leaf = t.value[:, 0, :].argmax(axis=1)
+        trees[key] = TileTree(np.where(t.children_left >= 0, t.feature, -1).astype(np.int64),
+                              t.threshold.astype(np.float64), t.children_left.astype(np.int64),
+                              t.children_right.astype(np.int64),
+                              clf.classes_[leaf].astype(np.int64), names)
+    return TileTable(trees, observed)

@@ -1,0 +1,184 @@
+"""Train the utilization MLPs (torch) and write the shipped artifacts.
+
+    tilecast train --data ../shared/datasets/neusight-asplos25 -o tilecast/learned/artifacts
+
+One model per family, the same class for all (``model.UtilizationMLP``), trained on the
+log-ratio of predicted to measured latency (an L1 loss on log(pred / measured), which weighs a
+2x over- and under-prediction alike, unlike MAPE). The held-out shapes of the training GPUs
+(``kernels/<vendor>/eval``), when present, are reported per epoch; they never drive training.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError
+from . import export
+from . import features as ft
+from .dataset import data_hash, load_kernels
+from .model import UtilizationMLP
+from .prepare import (
+    TRAIN_DEVICES,
+    TRAINED_FAMILIES,
+    FamilyData,
+    default_lookup,
+    family_data,
+    fit_tiles,
+)
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    # Chosen on the training GPUs only: held-out shapes, leave-one-GPU-out folds (T4,
+    # A100-40GB) and a physics check (25 % more bandwidth must not slow kernels down).
+    # (128, 128) x 40 epochs fit the held-out shapes no better and broke the physics check
+    # more often; tanh extrapolated worse across GPUs.
+    hidden: tuple[int, ...] = (64, 64)
+    activation: str = "silu"
+    epochs: int = 20
+    batch_size: int = 512
+    lr: float = 3e-3
+    weight_decay: float = 1e-4
+    seed: int = 0
+    families: tuple[str, ...] = TRAINED_FAMILIES
+    devices: tuple[str, ...] = TRAIN_DEVICES
+
+
+def log_ratio_error(pred_ms: np.ndarray, true_ms: np.ndarray) -> float:
+    """MAPE in percent (what the evaluation reports)."""
+    return float(np.mean(np.abs(pred_ms / true_ms - 1.0)) * 100.0)
+
+
+def predict_torch(model: UtilizationMLP, data: FamilyData) -> np.ndarray:
+    f = data.features
+    with torch.no_grad():
+        lat, _ = model(torch.from_numpy(f.x), torch.from_numpy(f.work_ms.astype(np.float32)),
+                       torch.from_numpy(f.launch_ms.astype(np.float32)))
+    return lat.numpy().astype(np.float64)
+
+
+def fit_family(data: FamilyData, config: TrainConfig, val: FamilyData | None = None,
+               progress: Progress | None = None) -> UtilizationMLP:
+    """Train one family's model on ``data`` (deterministic for a given seed)."""
+    torch.manual_seed(config.seed)
+    x = data.features.x
+    model = UtilizationMLP(data.features.names, config.hidden, config.activation,
+                           x.mean(axis=0), x.std(axis=0) + 1e-6, x.min(axis=0), x.max(axis=0))
+    xs = torch.from_numpy(x)
+    log_work = torch.from_numpy(np.log(data.features.work_ms).astype(np.float32))
+    log_launch = torch.from_numpy(np.log(data.features.launch_ms).astype(np.float32))
+    log_y = torch.from_numpy(np.log(data.latency_ms).astype(np.float32))
+    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    epochs, n, bs = config.epochs, len(xs), config.batch_size
+    sched = torch.optim.lr_scheduler.OneCycleLR(
+        opt, max_lr=config.lr, total_steps=epochs * ((n + bs - 1) // bs))
+    gen = torch.Generator().manual_seed(config.seed)
+    for epoch in range(epochs):
+        total, t0 = 0.0, time.perf_counter()
+        for idx in torch.randperm(n, generator=gen).split(bs):
+            pred = model.log_latency(xs[idx], log_work[idx], log_launch[idx])
+            loss = (pred - log_y[idx]).abs().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            sched.step()
+            total += float(loss.detach()) * len(idx)
+        if progress:
+            progress(_epoch_line(model, data.features.family, epoch, epochs, total / n, val,
+                                 time.perf_counter() - t0))
+    return model.eval()
+
+
+def _epoch_line(model: UtilizationMLP, family: str, epoch: int, epochs: int, loss: float,
+                val: FamilyData | None, seconds: float) -> str:
+    bar = "#" * int(20 * (epoch + 1) / epochs)
+    line = f"{family:12s} [{bar:20s}] epoch {epoch + 1:3d}/{epochs} loss {loss:.4f}"
+    if val is not None and len(val.latency_ms):
+        model.eval()
+        line += f"  val MAPE {log_ratio_error(predict_torch(model, val), val.latency_ms):5.1f} %"
+        model.train()
+    return f"{line}  ({seconds:.1f} s)"
+
+
+def _hyperparameters(config: TrainConfig) -> dict:
+    d = asdict(config)
+    d["loss"] = "mean |log(pred / measured)|"
+    d["optimizer"] = "AdamW + OneCycleLR"
+    return d
+
+
+def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
+              config: TrainConfig | None = None, progress: Progress | None = print,
+              lookup=default_lookup) -> dict[str, float]:
+    """Train every family; write ``tilecast_predictor.onnx`` and ``tile_table.json``.
+
+    Returns the validation MAPE per family (held-out shapes of the training GPUs; NaN when the
+    folders hold no eval split).
+    """
+    config = config or TrainConfig()
+    torch.set_num_threads(2)
+    out_dir = Path(out_dir)
+    train = load_kernels(data_dirs, "train")
+    train = train.select(np.isin(train.device, config.devices))
+    val = _validation(data_dirs, config)
+    table = fit_tiles(train, lookup)
+    weights, scores, info = [], {}, {}
+    for family in config.families:
+        t0 = time.perf_counter()
+        data = family_data(train, family, table, lookup)
+        vdata = family_data(val, family, table, lookup) if val is not None else None
+        model = fit_family(data, config, vdata, progress)
+        scores[family] = (log_ratio_error(predict_torch(model, vdata), vdata.latency_ms)
+                          if vdata is not None and len(vdata.latency_ms) else float("nan"))
+        info[family] = {"rows": len(data.latency_ms), "validation_mape_pct": scores[family],
+                        "train_seconds": round(time.perf_counter() - t0, 1)}
+        weights.append(to_weights(model, family))
+    meta = {"training_data_sha256": data_hash(data_dirs, "train"),
+            "training_devices": list(config.devices), "training_dtypes": ["float32"],
+            "training_vendors": sorted({lookup(d).vendor for d in config.devices}),
+            "hyperparameters": _hyperparameters(config), "seed": str(config.seed),
+            "families_info": info, "tilecast_version": _version(),
+            "regenerate": _regenerate_cmd(data_dirs, out_dir),
+            "tile_table": json.dumps(table.to_json(), sort_keys=True)}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    table.save(out_dir / "tile_table.json")
+    model_proto = export.build_model(weights, export.metadata_for(weights, ft.UNITS, meta))
+    export.save(model_proto, out_dir / export.ARTIFACT_NAME)
+    return scores
+
+
+def _validation(data_dirs: Sequence[Path | str], config: TrainConfig):
+    """Held-out shapes of the training GPUs, or None when the folders have no eval split."""
+    try:
+        val = load_kernels(data_dirs, "eval")
+    except ConfigError:
+        return None
+    return val.select(np.isin(val.device, config.devices))
+
+
+def to_weights(model: UtilizationMLP, family: str) -> export.FamilyWeights:
+    return export.FamilyWeights(family, model.feature_names, model.mean.numpy(),
+                                model.std.numpy(), model.layers_numpy(), model.activation,
+                                model.lo.numpy(), model.hi.numpy())
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tilecast")
+    except Exception:  # not installed (a source checkout)
+        return "0.1.0"
+
+
+def _regenerate_cmd(data_dirs: Sequence[Path | str], out_dir: Path) -> str:
+    return "tilecast train " + " ".join(f"--data {d}" for d in data_dirs) + f" -o {out_dir}"
