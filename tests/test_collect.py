@@ -106,3 +106,26 @@ def test_default_grid_is_deterministic_and_in_range():
     assert a == b and len(a) == 50
     assert all(16 <= d <= 8192 for s in a for d in s.dims[1:])
     assert all(s.dims[0] == 1 for s in default_grid("linear", 10))
+
+
+def test_collected_data_trains_a_predictor(tmp_path, shapes_file):
+    """collect --device cpu -> tilecast train -> a predictor that serves the collected device."""
+    pytest.importorskip("sklearn", reason="tilecast train's extra")
+    import onnx
+
+    import tilecast
+    from tilecast.analyzer.synthetic import gpt2_like
+
+    out = tmp_path / "collected"
+    assert _collect(out, shapes_file, "--dtype", "fp32,bf16").exit_code == 0
+    r = CliRunner().invoke(main, ["train", "--data", str(out), "-o", str(tmp_path / "pred"),
+                                  "--epochs", "2"])
+    assert r.exit_code == 0, r.output
+    artifact = tmp_path / "pred" / "tilecast_predictor.onnx"
+    meta = {p.key: p.value for p in onnx.load(str(artifact)).metadata_props}
+    assert json.loads(meta["training_dtypes"]) == ["bfloat16", "float32"]
+    assert "cpu" in json.loads(meta["training_devices"])
+    model = tmp_path / "tiny.onnx"
+    onnx.save(gpt2_like(layers=1, hidden=32, heads=2, seq=16, batch=1, vocab=64), model)
+    f = tilecast.analyze(model, out / "devices" / "cpu.json", predictor=str(artifact))
+    assert f.total_ms > 0 and f.predictor.startswith("tilecast")

@@ -117,7 +117,9 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
             if op not in FAMILY_OF_OP:
                 continue
             dims = _costs(op, r)
-            dtype = (r.get("Dtype") or "float32").strip()  # the NeuSight release is all fp32
+            # The NeuSight release is all fp32; `tilecast collect` writes a short "dtype" column.
+            raw = (r.get("Dtype") or r.get("dtype") or "float32").strip()
+            dtype = COLLECT_DTYPES.get(raw, raw)
             itemsize = DTYPE_SIZE.get(dtype, 4)
             flops, nbytes = _flops_bytes(op, dims, itemsize)
             grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
@@ -149,6 +151,38 @@ def _to_arrays(cols: dict[str, list]) -> KernelSamples:
             np.float64 if name in _FLOAT_FIELDS else np.int64)
         out[name] = np.asarray(values, dtype=dtype)
     return KernelSamples(**out)
+
+
+# `tilecast collect --dtype` names -> ONNX dtype names (tf32 stores fp32 tensors).
+COLLECT_DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16",
+                  "bf16": "bfloat16", "fp8": "float8e4m3fn"}
+
+
+def collected_devices(roots: Iterable[Path | str]) -> dict[str, Path]:
+    """Devices described by ``tilecast collect`` folders (``<root>/devices/*.json`` in the
+    tilecast schema), by name: their rows train, and features read these descriptions."""
+    import json
+
+    out: dict[str, Path] = {}
+    for root in roots:
+        for path in sorted(Path(root).glob("devices/*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(data, dict) and "name" in data and "sources" in data:
+                out[data["name"]] = path
+    return out
+
+
+def collected_vendors(roots: Iterable[Path | str]) -> list[str]:
+    """Vendor folders of collected data other than nvidia (e.g. ``cpu`` test runs)."""
+    found = set()
+    for root in roots:
+        base = Path(root) / "kernels"
+        if collected_devices([root]) and base.is_dir():
+            found.update(p.name for p in base.iterdir() if p.is_dir() and p.name != "nvidia")
+    return sorted(found)
 
 
 def kernel_files(root: Path, split: str, vendor: str = "nvidia") -> list[Path]:

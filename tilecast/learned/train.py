@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +22,13 @@ import torch
 from ..errors import ConfigError
 from . import export
 from . import features as ft
-from .dataset import data_hash, load_kernels
+from .dataset import (
+    KernelSamples,
+    collected_devices,
+    collected_vendors,
+    data_hash,
+    load_kernels,
+)
 from .model import UtilizationMLP
 from .prepare import (
     TRAIN_DEVICES,
@@ -127,7 +133,11 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
     config = config or TrainConfig()
     torch.set_num_threads(2)
     out_dir = Path(out_dir)
-    train = load_kernels(data_dirs, "train")
+    collected = collected_devices(data_dirs)
+    if collected:  # a `tilecast collect` folder: its devices train too, described by its JSON
+        config = replace(config, devices=tuple(dict.fromkeys((*config.devices, *collected))))
+        lookup = _with_collected(lookup, collected)
+    train = _load_train(data_dirs)
     train = train.select(np.isin(train.device, config.devices))
     val = _validation(data_dirs, config)
     table = fit_tiles(train, lookup)
@@ -143,7 +153,8 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
                         "train_seconds": round(time.perf_counter() - t0, 1)}
         weights.append(to_weights(model, family))
     meta = {"training_data_sha256": data_hash(data_dirs, "train"),
-            "training_devices": list(config.devices), "training_dtypes": ["float32"],
+            "training_devices": list(config.devices),
+            "training_dtypes": sorted(set(train.dtype.tolist())),
             "training_vendors": sorted({lookup(d).vendor for d in config.devices}),
             "hyperparameters": _hyperparameters(config), "seed": str(config.seed),
             "families_info": info, "tilecast_version": _version(),
@@ -154,6 +165,28 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
     model_proto = export.build_model(weights, export.metadata_for(weights, ft.UNITS, meta))
     export.save(model_proto, out_dir / export.ARTIFACT_NAME)
     return scores
+
+
+def _with_collected(lookup, collected: dict[str, Path]):
+    from ..device_db.loader import load_device_file
+
+    def find(name: str):
+        return load_device_file(collected[name]) if name in collected else lookup(name)
+
+    return find
+
+
+def _load_train(data_dirs: Sequence[Path | str]):
+    """nvidia train CSVs plus the vendor folders of collected data, whichever exist."""
+    parts = []
+    for vendor in ("nvidia", *collected_vendors(data_dirs)):
+        try:
+            parts.append(load_kernels(data_dirs, "train", vendor))
+        except ConfigError:
+            continue
+    if not parts:
+        return load_kernels(data_dirs, "train")  # raises the explanatory error
+    return KernelSamples.concat(parts)
 
 
 def _validation(data_dirs: Sequence[Path | str], config: TrainConfig):
