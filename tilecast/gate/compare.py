@@ -65,9 +65,9 @@ class KernelChange:
                 "delta_ms": _r(self.delta_ms)}
 
 
-@dataclass(frozen=True)
-class FamilyChange:
-    family: str
+class _Delta:
+    """delta_ms and change_pct of anything with base_ms and new_ms."""
+
     base_ms: float
     new_ms: float
 
@@ -79,13 +79,20 @@ class FamilyChange:
     def change_pct(self) -> float:
         return _pct(self.base_ms, self.new_ms)
 
+
+@dataclass(frozen=True)
+class FamilyChange(_Delta):
+    family: str
+    base_ms: float
+    new_ms: float
+
     def to_dict(self) -> dict[str, Any]:
         return {"family": self.family, "base_ms": _r(self.base_ms), "new_ms": _r(self.new_ms),
                 "delta_ms": _r(self.delta_ms), "change_pct": _json_pct(self.change_pct)}
 
 
 @dataclass(frozen=True)
-class DeviceComparison:
+class DeviceComparison(_Delta):
     """Base and new forecasts of one device. ``top`` holds the kernel changes with the largest
     absolute effect (added and removed kernels included); ``regressed`` applies ``threshold``."""
 
@@ -102,14 +109,6 @@ class DeviceComparison:
     renamed: int = 0
     base_kernels: int = 0
     new_kernels: int = 0
-
-    @property
-    def delta_ms(self) -> float:
-        return self.new_ms - self.base_ms
-
-    @property
-    def change_pct(self) -> float:
-        return _pct(self.base_ms, self.new_ms)
 
     @property
     def direction(self) -> str:
