@@ -60,7 +60,8 @@ def main() -> None:
     text = "\n".join([
         "# End-to-end accuracy against measured latencies", "",
         f"Made by `{cmd}` (tilecast {__version__}, predictor `{res.predictor}`, "
-        f"{platform.python_version()}, {seconds:.0f} s including exports not yet cached).",
+        f"Python {platform.python_version()}; {seconds:.0f} s wall, exports reused from the "
+        "on-disk cache where present -- a cold cache took 11 min on 2 cores).",
         "Error = |predicted - measured| / measured. The paper's column is NeuSight's published",
         "error for the same cell (`published/` of the shared dataset); '-' where it reports none.",
         "H100 and MI250 single-GPU labels are withheld (blind test) and so absent here.", "",
