@@ -125,6 +125,11 @@ def test_collected_data_trains_a_predictor(tmp_path, shapes_file):
     meta = {p.key: p.value for p in onnx.load(str(artifact)).metadata_props}
     assert json.loads(meta["training_dtypes"]) == ["bfloat16", "float32"]
     assert "cpu" in json.loads(meta["training_devices"])
+    from tilecast.learned.dataset import data_hash
+
+    # the recorded hash covers the collected (cpu) CSVs that trained the model
+    assert meta["training_data_sha256"] == data_hash([out], "train", ("nvidia", "cpu"))
+    assert meta["training_data_sha256"] != data_hash([out], "train")
     model = tmp_path / "tiny.onnx"
     onnx.save(gpt2_like(layers=1, hidden=32, heads=2, seq=16, batch=1, vocab=64), model)
     f = tilecast.analyze(model, out / "devices" / "cpu.json", predictor=str(artifact))

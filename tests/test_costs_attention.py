@@ -9,27 +9,19 @@ from __future__ import annotations
 
 import onnx.parser
 import pytest
+from test_costs import cost_of as _cost_of
 
 import tilecast.analyzer.costs  # noqa: F401  (registers the formulas)
 from tilecast.analyzer.costs.attention import causal_pairs
 from tilecast.analyzer.graph import build_graph
 from tilecast.analyzer.registry import REGISTRY, CostEntry, ZeroCost
-from tilecast.analyzer.types import MatmulDims, NodeView, OpCost
+from tilecast.analyzer.types import MatmulDims, OpCost
 from tilecast.errors import ShapeError
 
 
-def node_of(inputs: str, body: str, op: str, opset: int = 23) -> NodeView:
-    """The first ``op`` node; a sink reads y so graph outputs do not pre-empt shape inference."""
-    text = (f'<ir_version: 10, opset_import: ["" : {opset}, "com.microsoft" : 1]>\n'
-            f"g ({inputs}) => (sink) {{\n{body}\n sink = Identity(y)\n}}")
-    return next(n for n in build_graph(onnx.parser.parse_model(text)).nodes if n.op_type == op)
-
-
 def cost_of(inputs: str, body: str, op: str, opset: int = 23) -> OpCost:
-    node = node_of(inputs, body, op, opset)
-    entry = REGISTRY.lookup(node.domain, node.op_type, node.opset)
-    assert isinstance(entry, CostEntry), f"{op} has no cost formula"
-    return entry.fn(node)
+    """test_costs' helper at the first opset with the standard Attention op."""
+    return _cost_of(inputs, body, op, opset)
 
 
 QKV4 = "float[1,2,4,8] q, float[1,2,4,8] k, float[1,2,4,8] v"

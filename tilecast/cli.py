@@ -7,7 +7,6 @@ here. Every command's docstring is its ``--help``, with an example.
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -404,7 +403,3 @@ def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, fmt: 
 
     write_output(kernels_eval_command(data_dirs, predictor_path, fmt,
                                       echo=lambda m: click.echo(m, err=True)), output)
-
-
-def run() -> None:  # pragma: no cover - console entry for `python -m tilecast`
-    sys.exit(main())

@@ -212,12 +212,14 @@ def load_kernels(roots: Iterable[Path | str], split: str = "train",
     return KernelSamples.concat(parts)
 
 
-def data_hash(roots: Iterable[Path | str], split: str = "train", vendor: str = "nvidia") -> str:
+def data_hash(roots: Iterable[Path | str], split: str = "train",
+              vendors: Sequence[str] = ("nvidia",)) -> str:
     """sha256 over the relative names and bytes of the CSVs a training run reads."""
     h = hashlib.sha256()
-    for root in roots:
-        root = Path(root)
-        for path in kernel_files(root, split, vendor):
-            h.update(str(path.relative_to(root)).encode())
-            h.update(path.read_bytes())
+    for vendor in vendors:
+        for root in roots:
+            root = Path(root)
+            for path in kernel_files(root, split, vendor):
+                h.update(str(path.relative_to(root)).encode())
+                h.update(path.read_bytes())
     return h.hexdigest()

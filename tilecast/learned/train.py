@@ -152,7 +152,8 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
         info[family] = {"rows": len(data.latency_ms), "validation_mape_pct": scores[family],
                         "train_seconds": round(time.perf_counter() - t0, 1)}
         weights.append(to_weights(model, family))
-    meta = {"training_data_sha256": data_hash(data_dirs, "train"),
+    vendors = ("nvidia", *collected_vendors(data_dirs))
+    meta = {"training_data_sha256": data_hash(data_dirs, "train", vendors),
             "training_devices": list(config.devices),
             "training_dtypes": sorted(set(train.dtype.tolist())),
             "training_vendors": sorted({lookup(d).vendor for d in config.devices}),
@@ -179,7 +180,7 @@ def _with_collected(lookup, collected: dict[str, Path]):
 def _load_train(data_dirs: Sequence[Path | str]):
     """nvidia train CSVs plus the vendor folders of collected data, whichever exist."""
     parts = []
-    for vendor in ("nvidia", *collected_vendors(data_dirs)):
+    for vendor in ("nvidia", *collected_vendors(data_dirs)):  # the vendors data_hash covers
         try:
             parts.append(load_kernels(data_dirs, "train", vendor))
         except ConfigError:
