@@ -38,7 +38,7 @@ def test_linear_backward_is_exactly_the_weight_gradient_matmul():
 
 def test_backward_of_linear_with_input_gradient_has_both_matmuls():
     text = LINEAR.replace("y = MatMul(x, w)", "x2 = Mul(x, s)\n  y = MatMul(x2, w)").replace(
-        "w = {0.0}>", "w = {0.0}, float[32, 64] s = {0.0}>")
+        "w = {0.0}>", "w = {0.0}, float[64] s = {0.0}>")  # s: a per-channel scale
     f = tilecast.analyze(_model(text), "v100", mode="training", predictor="roofline")
     dims = sorted((k.kernel.cost.matmul.m, k.kernel.cost.matmul.n, k.kernel.cost.matmul.k)
                   for k in f.kernels if k.kernel.family == "matmul"
