@@ -17,7 +17,7 @@ from dataclasses import replace
 
 from ..errors import UnsupportedModelError
 from .analysis import NodeResult
-from .types import DTYPE_SIZE, Kernel, NodeView, OpCost, RowDims, TensorInfo
+from .types import DTYPE_SIZE, Kernel, NodeView, OpCost, TensorInfo
 
 MS = "com.microsoft"
 # (domain, op_type) -> the input positions that hold weights.

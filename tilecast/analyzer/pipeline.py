@@ -12,12 +12,13 @@ import onnx
 from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .analysis import NodeResult, cost_graph
+from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import fusion_groups
-from .fold import fold_load_time
 from .graph import Graph, build_graph, load_model
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
+from .steps import expand_steps
 from .types import Kernel
 
 MODES = ("inference", "training")
@@ -90,6 +91,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph = build_graph(proto, dims)
     results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
+    kernels = expand_steps(results, kernels)
     if mode == "training":
         from .training import training_kernels
 
