@@ -92,8 +92,9 @@ def fold_load_time(results: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
     where = placements(results)
     out = []
     for r, w in zip(results, where, strict=True):
-        # Shape / Size are zero-cost already; they are the roots of host arithmetic.
-        if w is not None and (r.outcome != "zero" or r.node.op_type in SHAPE_SOURCES):
+        # Every node off the GPU carries that reason, views of host values and constants
+        # included (a Reshape of a weight, an Unsqueeze of a size): it says where they run.
+        if w is not None:
             r = NodeResult(r.node, "zero", None, w)
         out.append(r)
     return fuse_qdq(tuple(out), where)

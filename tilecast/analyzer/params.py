@@ -17,6 +17,7 @@ from dataclasses import replace
 
 from ..errors import UnsupportedModelError
 from .analysis import NodeResult
+from .fold import FOLDED, HOST
 from .types import DTYPE_SIZE, Kernel, NodeView, OpCost, TensorInfo
 
 MS = "com.microsoft"
@@ -36,6 +37,7 @@ WEIGHT_INPUTS: dict[tuple[str, str], tuple[int, ...]] = {
     (MS, "SkipSimplifiedLayerNormalization"): (2, 3),
     (MS, "EmbedLayerNormalization"): (2, 3, 4, 5, 6),
 }
+OFF_GPU = (FOLDED, HOST)
 AFFINE = frozenset({"Mul", "Add"})
 VIEWS = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity",
                    "Cast"})
@@ -70,6 +72,8 @@ def parameters(results: Sequence[NodeResult]) -> dict[str, TensorInfo]:
     params: dict[str, TensorInfo] = {}
     for r in results:
         node = r.node
+        if r.outcome == "zero" and r.reason in OFF_GPU:
+            continue  # folded at load or host-side: not a layer of the trained model
         if node.op_type == "Gather" and not node.domain and _constant_indices(node, producer):
             continue
         for i in _weight_positions(node):
