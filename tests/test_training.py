@@ -188,3 +188,28 @@ def test_graphs_that_cannot_train_are_an_error(text, why, tmp_path):
     assert [line for line in out.output.splitlines() if line] == [
         next(line for line in out.output.splitlines() if line.startswith("Error:"))]
     assert why in out.output
+
+
+POSITIONS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4, 8] x) => (float[4, 16] y)
+  <float[32, 8] wpe = {0.0}, int64[4] pos = {0, 1, 2, 3}, float[16, 8] wte = {0.0}> {
+  p = Gather(wpe, pos)
+  h = Add(x, p)
+  wt = Transpose(wte)
+  y = MatMul(h, wt)
+}"""
+
+
+def test_folded_weight_lookups_run_again_when_training():
+    # Inference: the position lookup at constant positions and the tied weight's transpose are
+    # folded at load. Training: the weights change every step, so the lookup runs (and gets
+    # a backward); the transpose stays a free view of the trained table.
+    inf = tilecast.analyze(_model(POSITIONS), "t4", predictor="roofline")
+    assert [k.kernel.op_type for k in inf.kernels] == ["MatMul"]
+    f = tilecast.analyze(_model(POSITIONS), "t4", mode="training", optimizer="sgd",
+                         predictor="roofline")
+    ops = [(k.kernel.op_type, k.kernel.phase) for k in f.kernels]
+    assert ("Gather", "forward") in ops and ("GatherGrad", "backward") in ops
+    assert ("Transpose", "forward") not in ops
+    assert _param_names(POSITIONS) == {"wpe", "wte"}

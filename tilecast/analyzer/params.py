@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from ..errors import UnsupportedModelError
-from .analysis import NodeResult
+from .analysis import NodeResult, cost_node
 from .fold import FOLDED, HOST
+from .graph import Graph
 from .types import DTYPE_SIZE, Kernel, NodeView, OpCost, TensorInfo
 
 MS = "com.microsoft"
@@ -41,6 +42,7 @@ OFF_GPU = (FOLDED, HOST)
 AFFINE = frozenset({"Mul", "Add"})
 VIEWS = frozenset({"Transpose", "Reshape", "Unsqueeze", "Squeeze", "Flatten", "Identity",
                    "Cast"})
+FREE_VIEWS = VIEWS - {"Cast"}  # a cast of a weight is a real kernel (autocast re-casts)
 QUANTIZED = frozenset({
     "QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
     "ConvInteger", "QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QAttention",
@@ -72,9 +74,10 @@ def parameters(results: Sequence[NodeResult]) -> dict[str, TensorInfo]:
     params: dict[str, TensorInfo] = {}
     for r in results:
         node = r.node
-        if r.outcome == "zero" and r.reason in OFF_GPU:
-            continue  # folded at load or host-side: not a layer of the trained model
-        if node.op_type == "Gather" and not node.domain and _constant_indices(node, producer):
+        lookup = node.op_type == "Gather" and not node.domain
+        if r.outcome == "zero" and r.reason in OFF_GPU and not lookup:
+            # All-constant operands: not a layer (a MatMul of rotary frequencies by constant
+            # positions). An embedding read at constant positions still is one.
             continue
         for i in _weight_positions(node):
             t = node.input(i)
@@ -87,10 +90,23 @@ def parameters(results: Sequence[NodeResult]) -> dict[str, TensorInfo]:
     return params
 
 
-def _constant_indices(node: NodeView, producer: dict[str, NodeView]) -> bool:
-    idx = node.input(1)
-    return idx is None or idx.is_initializer or (
-        idx.name in producer and producer[idx.name].op_type == "Constant")
+def unfold_trained(graph: Graph, results: Sequence[NodeResult], params: dict[str, TensorInfo],
+                   ) -> tuple[list[NodeResult], list[NodeResult]]:
+    """(results, re-costed nodes). Weights change every training step, so a node folded at
+    load that computes from a parameter runs again each step (a position-embedding lookup at
+    constant positions); views of a weight stay free (PyTorch reads them as strided views)."""
+    derived, out, rerun = set(params), list(results), []
+    for i, r in enumerate(results):
+        if not any(t is not None and t.name in derived for t in r.node.inputs):
+            continue
+        derived.update(t.name for t in r.node.outputs if t.name)
+        free = r.node.op_type in FREE_VIEWS and not r.node.domain
+        if r.outcome == "zero" and r.reason == FOLDED and not free:
+            again = cost_node(graph, r.node)
+            if again.cost is not None:
+                out[i] = again
+                rerun.append(again)
+    return out, rerun
 
 
 def check_trainable(results: Sequence[NodeResult]) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 
 from .analysis import NodeResult
 from .graph import Graph
-from .params import batch_norm_training, check_trainable, parameters
+from .params import batch_norm_training, check_trainable, parameters, unfold_trained
 from .types import Kernel, MatmulDims, NodeView, OpCost, RowDims, TensorInfo
 
 BackwardFn = Callable[[NodeResult, set[str]], list[tuple[str, OpCost]]]
@@ -263,9 +263,11 @@ def training_kernels(graph: Graph, results: Sequence[NodeResult], forward: Seque
         raise TilecastError(f"unknown optimizer {optimizer!r}: choose one of "
                             f"{', '.join(OPTIMIZERS)}")
     check_trainable(results)
+    results, rerun = unfold_trained(graph, results, parameters(results))
     need, params = trainable(results)
     drop_fwd, drop_bwd = dropout_kernels(results, need)
-    kernels = [*batch_norm_training(forward), *drop_fwd]
+    kernels = [*(Kernel(r.node.name, (r.node.name,), r.node.op_type, r.cost) for r in rerun),
+               *batch_norm_training(forward), *drop_fwd]
     for r in reversed(results):
         kernels.extend(backward_kernels(r.node, r, need))
     kernels.extend(drop_bwd)
