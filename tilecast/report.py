@@ -8,8 +8,11 @@ import io
 from .analyzer.fold import FOLDED, HOST
 from .analyzer.forecast import Forecast, KernelForecast
 from .analyzer.qdq import FUSED_DQ
+from .analyzer.rewrites import FOLDED_BIAS
 
-ZERO_COST_LABELS = (HOST, FOLDED, FUSED_DQ)
+# Short labels of the zero-cost reasons the table names; the rest are views and metadata ops.
+ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
+                    FOLDED_BIAS: "bias in GEMM epilogue"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes")
@@ -67,7 +70,7 @@ def _zero_cost_lines(f: Forecast) -> list[str]:
     by_reason = f.zero_cost_by_reason()
     if not by_reason:
         return []
-    named = [(r, n) for r, n in by_reason.items() if r in ZERO_COST_LABELS]
+    named = [(ZERO_COST_LABELS[r], n) for r, n in by_reason.items() if r in ZERO_COST_LABELS]
     other = sum(n for r, n in by_reason.items() if r not in ZERO_COST_LABELS)
     parts = [f"{r} {n}" for r, n in named] + ([f"views and metadata {other}"] if other else [])
     return [f"zero-cost nodes: {sum(by_reason.values())} ({', '.join(parts)})"]
