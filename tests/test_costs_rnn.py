@@ -123,3 +123,23 @@ def test_rnn_weight_that_does_not_match_is_a_shape_error():
         tilecast.analyze(_graph("float[5,2,3] x, float[1,12,3] w, float[1,16,4] r",
                                 "y, h, c = LSTM<hidden_size = 4>(x, w, r)"), "l4",
                          predictor="roofline")
+
+
+def test_lstm_backward_kernels():
+    # The LSTM row above trained (X is a graph input: no dX). Per step in reverse: the gate
+    # gradients (19 * 2*4 = 152 FLOPs) and dh_prev = dgates (2 x 16) @ R (16 x 4): 2*2*4*16 =
+    # 256; then over all 10 rows: dW = X^T (3 x 10) @ dgates (10 x 16): 2*3*16*10 = 960,
+    # dR = H^T (4 x 10) @ dgates: 2*4*16*10 = 1280, dB a column sum of 10 x 16.
+    model = onnx.parser.parse_model(
+        HEADER + "g (float[5,2,3] x) => (float[5,1,2,4] y) <float[1,16,3] w = {0.0}, "
+        "float[1,16,4] r = {0.0}, float[1,32] b = {0.0}> {\n"
+        "y, h, c = LSTM<hidden_size = 4>(x, w, r, b)\n}")
+    f = tilecast.analyze(model, "l4", mode="training", predictor="roofline")
+    bw = {k.kernel.name.split(".", 1)[1]: k.kernel for k in f.kernels
+          if k.kernel.op_type == "LSTMGrad"}
+    assert len(bw) == 2 * 5 + 3 and "fwd.dX" not in bw
+    assert (bw["fwd.t4.dgates"].flops, bw["fwd.t4.dh"].cost.matmul) == (152,
+                                                                       MatmulDims(1, 2, 4, 16))
+    assert (bw["fwd.dW"].cost.matmul, bw["fwd.dW"].flops) == (MatmulDims(1, 3, 16, 10), 960)
+    assert (bw["fwd.dR"].cost.matmul, bw["fwd.dR"].flops) == (MatmulDims(1, 4, 16, 10), 1280)
+    assert bw["fwd.dB"].family == "reduction"

@@ -17,6 +17,8 @@ CostFn = Callable[[NodeView], OpCost]
 # An op that launches several kernels (an RNN's per-step GEMMs, an einsum's pairwise
 # contractions): (name suffix, cost) per kernel, in launch order.
 StepsFn = Callable[[NodeView], list[tuple[str, OpCost]]]
+# Its backward, given the set of input names that need a gradient.
+BackwardStepsFn = Callable[[NodeView, set[str]], list[tuple[str, OpCost]]]
 ONNX_DOMAINS = ("", "ai.onnx")
 MAX_OPSET = 10_000
 
@@ -87,6 +89,7 @@ class CostRegistry:
 
 REGISTRY = CostRegistry()
 STEPS: dict[tuple[str, str], StepsFn] = {}
+BACKWARD_STEPS: dict[tuple[str, str], BackwardStepsFn] = {}
 
 
 def summed(steps: StepsFn, family: str) -> CostFn:
@@ -104,10 +107,14 @@ def summed(steps: StepsFn, family: str) -> CostFn:
     return fn
 
 
-def register_steps(op_type: str, steps: StepsFn, family: str, *, domain: str = "") -> None:
-    """Register an op that launches several kernels: its summed cost and its steps."""
+def register_steps(op_type: str, steps: StepsFn, family: str, *, domain: str = "",
+                   backward: BackwardStepsFn | None = None) -> None:
+    """Register an op that launches several kernels: its summed cost, its steps and, when
+    given, the kernels of its backward (training mode)."""
     REGISTRY.register(domain, op_type, summed(steps, family))
     STEPS[(_norm_domain(domain), op_type)] = steps
+    if backward is not None:
+        BACKWARD_STEPS[(_norm_domain(domain), op_type)] = backward
 
 
 def cost(op_type: str, *, domain: str = "", since: int = 1,

@@ -27,6 +27,7 @@ from collections.abc import Callable, Sequence
 from .analysis import NodeResult
 from .graph import Graph
 from .params import batch_norm_training, check_trainable, parameters, unfold_trained
+from .registry import BACKWARD_STEPS
 from .types import Kernel, MatmulDims, NodeView, OpCost, RowDims, TensorInfo
 
 BackwardFn = Callable[[NodeResult, set[str]], list[tuple[str, OpCost]]]
@@ -226,9 +227,11 @@ def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kern
     if r.cost is None or not any(t.name in need for t in node.outputs):
         return []
     bn = node.op_type == "BatchNormalization" and not node.domain
+    steps = BACKWARD_STEPS.get((node.domain, node.op_type))
     fn = _batch_norm_bw if bn else BACKWARD.get(r.cost.family, _generic_bw)
+    kernels = steps(node, need) if steps is not None else fn(r, need)
     return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
-                   "backward") for suffix, cost in fn(r, need)]
+                   "backward") for suffix, cost in kernels]
 
 
 def _dropout_cost(node: NodeView, reads: int) -> OpCost:
