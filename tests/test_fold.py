@@ -199,10 +199,24 @@ def test_qdq_stack_forecasts_faster_than_fp32(predictor):
     assert {k.kernel.dtype for k in q.kernels if k.kernel.op_type == "Conv"} == {"int8"}
 
 
-def test_dequantize_that_also_feeds_a_float_op_still_runs():
+def test_residual_add_of_quantized_tensors_reads_int8():
+    # DQ(conv output) + DQ(block input): both dequantizes fuse into the Add, which reads two
+    # 1-byte tensors and writes float32: 8*64*56*56 * (1 + 1 + 4) bytes
     text = QDQ_CONV.replace("y = DequantizeLinear(cq, xs, zp)",
                             "d = DequantizeLinear(cq, xs, zp)\n  y = Add(d, xd)")
     f = tilecast.analyze(_model(text), "l4", predictor="roofline")
+    ops = [k.kernel.op_type for k in f.kernels]
+    assert "DequantizeLinear" not in ops
+    add = next(k.kernel for k in f.kernels if k.kernel.op_type == "Add")
+    assert add.dtype == "int8" and add.bytes == 8 * 64 * 56 * 56 * 6
+
+
+def test_dequantize_that_also_feeds_a_float_op_still_runs():
+    text = QDQ_CONV.replace("y = DequantizeLinear(cq, xs, zp)",
+                            "d = DequantizeLinear(cq, xs, zp)\n  y = Sigmoid(d)\n"
+                            "  e = Relu(xd)")
+    f = tilecast.analyze(_model(text), "l4", predictor="roofline")
+    # d feeds only a float Sigmoid; xd feeds the int8 Conv and a float Relu: both run
     assert [k.kernel.op_type for k in f.kernels].count("DequantizeLinear") == 2
 
 

@@ -11,6 +11,8 @@ activation and the int8 weight.
   tensors is re-costed on those 8-bit tensors (dtype int8: the int8 matrix peak and 1-byte
   operands); a dequantized bias is read at its int32 size. Its output stays as the graph
   writes it (float): the following QuantizeLinear remains a real elementwise kernel.
+- The same holds for a residual Add / Mul of two dequantized 8-bit tensors (ONNX Runtime's
+  QLinearAdd / QLinearMul node units): it reads the 1-byte inputs.
 - An activation DequantizeLinear all of whose consumers became int8 kernels is fused into
   them: zero-cost. One that also feeds a float op still runs.
 """
@@ -26,7 +28,7 @@ from .registry import REGISTRY, CostEntry
 from .types import TensorInfo
 
 FUSED_DQ = "fused into int8 kernel (QDQ)"
-INT8_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+INT8_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Add", "Mul"})
 INT8_DTYPES = frozenset({"int8", "uint8"})
 OPERANDS = (0, 1)
 BIAS = 2
