@@ -187,9 +187,7 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
-            zero_cost_reasons=tuple(
-                ZeroCostOp.from_dict(z, f"{origin}: zero_cost_reasons[{i}]")
-                for i, z in enumerate(data.get("zero_cost_reasons") or ())),
+            zero_cost_reasons=_zero_cost_reasons(data, origin),
         )
 
     @classmethod
@@ -238,6 +236,15 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         raise ConfigError(f"{where}: field '{key}' must be {_KIND_NAMES[kind]}, "
                           f"got {type(value).__name__} {value!r}")
     return value
+
+
+def _zero_cost_reasons(data: Mapping[str, Any], origin: str) -> tuple[ZeroCostOp, ...]:
+    """Optional (older forecasts lack it); when present, a list of ZeroCostOp objects."""
+    if data.get("zero_cost_reasons") is None:
+        return ()
+    rows = _field(data, "zero_cost_reasons", list, origin)
+    return tuple(ZeroCostOp.from_dict(z, f"{origin}: zero_cost_reasons[{i}]")
+                 for i, z in enumerate(rows))
 
 
 def _known_device(name: str, origin: str) -> Device:
