@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .analysis import NodeResult
+from .qdq import fuse_qdq
 from .types import NodeView
 
 FOLDED = "folded at load"
@@ -87,8 +88,6 @@ def placements(results: Sequence[NodeResult]) -> list[str | None]:
 
 def fold_load_time(results: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
     """Folded and host-side nodes become zero-cost with their reason; then QDQ rewrites."""
-    from .qdq import fuse_qdq
-
     where = placements(results)
     out = []
     for r, w in zip(results, where, strict=True):
