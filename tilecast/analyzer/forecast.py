@@ -68,6 +68,26 @@ class KernelForecast:
 
 
 @dataclass(frozen=True)
+class ZeroCostOp:
+    """``count`` nodes of one op that launch no GPU kernel, and why (e.g. "host",
+    "folded at load", a view)."""
+
+    op_type: str
+    reason: str
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op_type, "reason": self.reason, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> ZeroCostOp:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a JSON object")
+        return cls(_field(data, "op_type", str, where), _field(data, "reason", str, where),
+                   _field(data, "count", int, where))
+
+
+@dataclass(frozen=True)
 class Forecast:
     """A model's forecast on one device. ``kernels`` are in launch order."""
 
@@ -81,6 +101,14 @@ class Forecast:
     fusion: bool = False
     dims: Mapping[str, int] = field(default_factory=dict)
     node_count: int = 0
+    zero_cost_reasons: tuple[ZeroCostOp, ...] = ()
+
+    def zero_cost_by_reason(self) -> dict[str, int]:
+        """Zero-cost node count per reason, most frequent first."""
+        acc: Counter[str] = Counter()
+        for z in self.zero_cost_reasons:
+            acc[z.reason] += z.count
+        return dict(sorted(acc.items(), key=lambda kv: (-kv[1], kv[0])))
 
     @property
     def total_ms(self) -> float:
@@ -127,6 +155,7 @@ class Forecast:
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
             "zero_cost": dict(sorted(self.zero_cost.items())),
+            "zero_cost_reasons": [z.to_dict() for z in self.zero_cost_reasons],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -158,6 +187,7 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
+            zero_cost_reasons=_zero_cost_reasons(data, origin),
         )
 
     @classmethod
@@ -206,6 +236,15 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
         raise ConfigError(f"{where}: field '{key}' must be {_KIND_NAMES[kind]}, "
                           f"got {type(value).__name__} {value!r}")
     return value
+
+
+def _zero_cost_reasons(data: Mapping[str, Any], origin: str) -> tuple[ZeroCostOp, ...]:
+    """Optional (older forecasts lack it); when present, a list of ZeroCostOp objects."""
+    if data.get("zero_cost_reasons") is None:
+        return ()
+    rows = _field(data, "zero_cost_reasons", list, origin)
+    return tuple(ZeroCostOp.from_dict(z, f"{origin}: zero_cost_reasons[{i}]")
+                 for i, z in enumerate(rows))
 
 
 def _known_device(name: str, origin: str) -> Device:
