@@ -126,7 +126,11 @@ def load_saved(path: str | os.PathLike[str]) -> Saved:
 
 
 def is_json_file(path: str | os.PathLike[str]) -> bool:
-    """A forecast/baseline JSON rather than an ONNX protobuf (which never starts with { or [)."""
+    """A forecast/baseline JSON rather than an ONNX protobuf (which never starts with { or [).
+    A ``.json`` name counts as JSON whatever it holds, so an empty or truncated saved forecast
+    is reported as one, not parsed as a model."""
+    if str(path).lower().endswith(".json"):
+        return True
     try:
         with open(path, "rb") as fh:
             head = fh.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
