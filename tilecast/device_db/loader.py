@@ -7,6 +7,7 @@ names and aliases. Every JSON is validated where it is read; errors name the fil
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import functools
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeviceError
-from .device import Device, Interconnect
+from .device import ARCHS, GENERIC_ARCH, Device, Interconnect
 
 GPUS_DIR = Path(__file__).with_name("gpus")
 VENDORS = ("nvidia", "amd", "cpu")  # cpu: `tilecast collect --device cpu` test runs
@@ -36,6 +37,8 @@ DEFAULT_LAUNCH_SOURCE = "tilecast default (the file gives no launch overhead; se
 _NAME_SEPARATORS = re.compile(r"[\s_\-]+")
 _NUMERIC_KINDS = ("int", "float", "opt_int", "opt_float")
 _REQUIRED_IN_JSON = {"sources"}  # has a default in Device, but every file must say its sources
+DEVICE_SCHEMA_VERSION = 1  # an optional top-level "schema" key; absent means 1
+_OLD_ARCH_NAMES = {"unknown": GENERIC_ARCH}  # before 0.1.0's schemas: migrated on read
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,6 +164,9 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
     if values["vendor"] not in VENDORS:
         allowed = ", ".join(VENDORS)
         raise _error(origin, "vendor", f"must be one of {allowed}, got {values['vendor']!r}")
+    if values["arch"] not in ARCHS:
+        raise _error(origin, "arch", f"must be one of {', '.join(ARCHS)}, got "
+                     f"{values['arch']!r} ('generic' for another GPU: see docs/devices.md)")
     for dtype in values.get("supported_dtypes", ()):
         if dtype not in ONNX_DTYPES:
             raise _error(origin, "supported_dtypes", f"has {dtype!r}, not an ONNX dtype name "
@@ -169,6 +175,7 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
 
 def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     """Validate a tilecast-schema mapping (as read from JSON) and build the :class:`Device`."""
+    obj = _migrate(obj, origin)
     values = _check_object(obj, DEVICE_FIELDS, "", origin)
     link = _check_object(
         values.get("interconnect", {}), INTERCONNECT_FIELDS, "interconnect.", origin
@@ -178,6 +185,67 @@ def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     _check_enums(values, origin)
     values["interconnect"] = Interconnect(**link)
     return Device(**values, source_file=origin)
+
+
+def _migrate(obj: Any, origin: str) -> Any:
+    """Drop the optional ``schema`` key (refusing other versions) and rename old arch values."""
+    if not isinstance(obj, Mapping):
+        return obj
+    obj = dict(obj)
+    version = obj.pop("schema", DEVICE_SCHEMA_VERSION)
+    if version != DEVICE_SCHEMA_VERSION or isinstance(version, bool):
+        raise _error(origin, "schema", f"is {version!r}; this tilecast reads device schema "
+                     f"{DEVICE_SCHEMA_VERSION} (docs/schemas/device.v1.schema.json)")
+    if isinstance(obj.get("arch"), str) and obj["arch"] in _OLD_ARCH_NAMES:
+        obj["arch"] = _OLD_ARCH_NAMES[obj["arch"]]
+    return obj
+
+
+_KIND_SCHEMAS: dict[str, dict[str, Any]] = {
+    "int": {"type": "integer", "exclusiveMinimum": 0},
+    "float": {"type": "number", "exclusiveMinimum": 0},
+    "str": {"type": "string", "minLength": 1},
+    "str_list": {"type": "array", "items": {"type": "string", "minLength": 1}},
+}
+
+
+def _field_schema(field: _Field) -> dict[str, Any]:
+    kind = field.kind.removeprefix("opt_")
+    schema = copy.deepcopy(_KIND_SCHEMAS.get(kind, {}))
+    if field.kind.startswith("opt_"):
+        schema["type"] = [schema["type"], "null"]
+    if field.kind == "interconnect":
+        schema = _object_schema(INTERCONNECT_FIELDS, "interconnect.")
+    if field.kind == "sources":
+        schema = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1},
+                  "propertyNames": {"enum": list(NUMERIC_FIELDS)}}
+    return schema
+
+
+def _object_schema(fields: tuple[_Field, ...], prefix: str = "") -> dict[str, Any]:
+    props = {f.path[len(prefix):]: _field_schema(f) for f in fields}
+    return {"type": "object", "properties": props,
+            "required": [f.path[len(prefix):] for f in fields if f.required],
+            "additionalProperties": False}
+
+
+@functools.lru_cache(maxsize=1)
+def device_schema() -> dict[str, Any]:
+    """JSON Schema of a device JSON, generated from the same field table the loader checks
+    with (``DEVICE_FIELDS``, from the :class:`Device` dataclass). Every numeric value also
+    needs an entry in ``sources``, which JSON Schema cannot say; the loader checks it."""
+    from ..schemas import DRAFT
+
+    top = _object_schema(DEVICE_FIELDS)
+    props = top["properties"]
+    props["vendor"]["enum"] = list(VENDORS)
+    props["arch"]["enum"] = list(ARCHS)
+    props["supported_dtypes"]["items"]["enum"] = sorted(ONNX_DTYPES)
+    props["schema"] = {"const": DEVICE_SCHEMA_VERSION}
+    return {"$schema": DRAFT, "$id": f"urn:tilecast:device:v{DEVICE_SCHEMA_VERSION}",
+            "title": "device", "version": DEVICE_SCHEMA_VERSION,
+            "description": "tilecast device JSON (device_db/gpus/*.json); generated by `python "
+                           "-m tilecast.schemas --write` from device_db/device.py", **top}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,9 +315,9 @@ def _from_legacy(obj: Mapping[str, Any], origin: str) -> dict[str, Any]:
 
 
 def _known_arch(name: str) -> str:
-    """Architecture of the shipped device of that name, else "unknown"."""
+    """Architecture of the shipped device of that name, else "generic"."""
     device = _database().index.get(_normalize(name))
-    return device.arch if device else "unknown"
+    return device.arch if device else GENERIC_ARCH
 
 
 # ---------------------------------------------------------------------------------------------
