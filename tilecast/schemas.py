@@ -188,10 +188,9 @@ def _errors(value: Any, schema: Mapping[str, Any], path: str) -> str | None:
         return f"{where} must be {_describe(schema)}, {got}"
     if "const" in schema and value != schema["const"]:
         return f"{where} must be {_describe(schema)}, {got}"
-    if _json_type(value) in ("integer", "number"):
-        if value < schema.get("minimum", -math.inf) or value <= schema.get(
-                "exclusiveMinimum", -math.inf):
-            return f"{where} must be {_describe(schema)}, {got}"
+    low, above = schema.get("minimum", -math.inf), schema.get("exclusiveMinimum", -math.inf)
+    if _json_type(value) in ("integer", "number") and (value < low or value <= above):
+        return f"{where} must be {_describe(schema)}, {got}"
     if isinstance(value, Mapping):
         return _object_errors(value, schema, path)
     if isinstance(value, list) and "items" in schema:
