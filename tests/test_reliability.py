@@ -260,3 +260,47 @@ def test_compare_statuses(files, tmp_path: Path):
     (tmp_path / "fast.json").write_text(json.dumps(slower))
     assert run("compare", tmp_path / "fast.json", files["model"], *RF).exit_code == 1
     one_error(run("compare", files["negative"], files["model"], *RF))
+
+
+# --- atomic writes and a gate that fails closed ---------------------------------------------------
+def test_output_writes_are_atomic(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, files):
+    out = tmp_path / "f.json"
+    out.write_text("previous")
+
+    def fail(*_a):
+        raise OSError(28, "No space left on device", str(out))
+
+    monkeypatch.setattr("os.replace", fail)
+    line = one_error(run("analyze", files["model"], "-d", "l4", *RF, "--format", "json",
+                         "-o", out))
+    assert "No space left on device" in line
+    assert out.read_text() == "previous" and list(tmp_path.iterdir()) == [out]
+
+
+@pytest.fixture
+def gate_repo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    onnx.save(onnx.parser.parse_model(GRAPH), tmp_path / "m.onnx")
+    (tmp_path / "tilecast.toml").write_text('devices = ["l4"]\npredictor = "roofline"\n'
+                                            '[[models]]\npath = "m.onnx"\n')
+    monkeypatch.chdir(tmp_path)
+    assert run("gate", "--update-baseline").exit_code == 0
+    assert run("gate").exit_code == 0
+    return tmp_path
+
+
+@pytest.mark.parametrize("target, content, message", [
+    (".tilecast/m.json", "", "not valid JSON"),
+    (".tilecast/m.json", '{"schema": 1, "kind": "tilecast-baseline", "forecasts": [{}]}',
+     "field 'forecasts[0].schema' is missing"),
+    ("m.onnx", "", "is empty (0 bytes)"),
+    ("m.onnx", "not a model", "is not a readable ONNX model"),
+])
+def test_gate_fails_closed_on_corrupt_inputs(gate_repo: Path, target: str, content: str,
+                                             message: str):
+    (gate_repo / target).write_text(content)
+    assert message in one_error(run("gate"))
+
+
+def test_gate_fails_closed_on_missing_baseline(gate_repo: Path):
+    (gate_repo / ".tilecast" / "m.json").unlink()
+    assert "no baseline at .tilecast/m.json" in one_error(run("gate"))
