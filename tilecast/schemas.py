@@ -89,11 +89,16 @@ def schema_of(hint: Any, sample: Any = None) -> dict[str, Any]:
     if origin in (dict, Mapping) or hint in (dict, Mapping):
         value = args[1] if len(args) == 2 else Any
         return {"type": "object", "additionalProperties": schema_of(value)}
-    if dataclasses.is_dataclass(hint):  # a nested record: its fields without default required
+    if dataclasses.is_dataclass(hint) and isinstance(sample, Mapping):
+        # A nested record as written: its fields without a default are required.
         needed = [f.name for f in dataclasses.fields(hint) if f.default is dataclasses.MISSING
                   and f.default_factory is dataclasses.MISSING]
-        return record_schema(hint, sample if isinstance(sample, Mapping) else None,
-                             required=needed)
+        return record_schema(hint, sample, required=needed)
+    if dataclasses.is_dataclass(hint):
+        # No sample shows how it is written (its to_dict may rename or derive keys): an object,
+        # unconstrained, rather than a guess that could refuse valid files. Give the reader's
+        # sample forecast a value for it to describe it fully.
+        return {"type": "object", "description": f"a {hint.__name__}"}
     if sample is not None and hint is Any:
         return schema_of(type(sample), sample)
     return {}  # Any: no constraint

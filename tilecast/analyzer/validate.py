@@ -24,46 +24,53 @@ _VARIADIC = defs.OpSchema.FormalParameterOption.Variadic
 
 
 @functools.lru_cache(maxsize=1024)
-def _schema(op_type: str, version: int, domain: str) -> defs.OpSchema | None:
+def _arity(op_type: str, version: int, domain: str) -> tuple[int, tuple[tuple[int, str], ...],
+                                                            tuple[int, str, int] | None] | None:
+    """(max inputs, required (position, name)s, variadic (position, name, min count)) of the
+    op's schema, or None when onnx.defs has no schema for it."""
     try:
-        return defs.get_schema(op_type, version, domain)
+        schema = defs.get_schema(op_type, version, domain)
     except defs.SchemaError:
         return None
+    required = tuple((i, f.name) for i, f in enumerate(schema.inputs) if f.option == _SINGLE)
+    variadic = next(((i, f.name, f.min_arity) for i, f in enumerate(schema.inputs)
+                     if f.option == _VARIADIC), None)
+    return schema.max_input, required, variadic
 
 
 def _label(node: onnx.NodeProto, index: int) -> str:
     return f"node '{node.name or f'{node.op_type}_{index}'}' ({node.op_type})"
 
 
-def _check_arity(node: onnx.NodeProto, where: str, opsets: dict[str, int]) -> None:
+def _check_arity(node: onnx.NodeProto, index: int, opsets: dict[str, int]) -> None:
     domain = "" if node.domain == "ai.onnx" else node.domain
     version = opsets.get(domain)
-    schema = _schema(node.op_type, version, domain) if version else None
-    if schema is None:
+    arity = _arity(node.op_type, version, domain) if version else None
+    if arity is None:
         return
+    most, required, variadic = arity
     inputs = node.input
-    if len(inputs) > schema.max_input:
-        raise InvalidGraphError(f"{where} has {len(inputs)} inputs; opset {version} "
-                                f"{node.op_type} takes at most {schema.max_input}")
-    for i, formal in enumerate(schema.inputs):
-        if formal.option == _SINGLE and (i >= len(inputs) or not inputs[i]):
-            raise InvalidGraphError(f"{where}: required input #{i} '{formal.name}' is missing "
-                                    f"(opset {version} {node.op_type} needs at least "
-                                    f"{schema.min_input} inputs)")
-        if formal.option == _VARIADIC and len(inputs) - i < formal.min_arity:
-            raise InvalidGraphError(f"{where}: variadic input '{formal.name}' needs at least "
-                                    f"{formal.min_arity} values, got {max(len(inputs) - i, 0)}")
+    if len(inputs) > most:
+        raise InvalidGraphError(f"{_label(node, index)} has {len(inputs)} inputs; opset "
+                                f"{version} {node.op_type} takes at most {most}")
+    for i, name in required:
+        if i >= len(inputs) or not inputs[i]:
+            raise InvalidGraphError(f"{_label(node, index)}: required input #{i} '{name}' is "
+                                    f"missing (opset {version} {node.op_type})")
+    if variadic is not None and len(inputs) - variadic[0] < variadic[2]:
+        raise InvalidGraphError(f"{_label(node, index)}: variadic input '{variadic[1]}' needs "
+                                f"at least {variadic[2]} values")
 
 
 def _check_elem_types(graph: onnx.GraphProto) -> None:
     for kind, values in (("graph input", graph.input), ("graph output", graph.output),
                          ("value_info", graph.value_info)):
         for vi in values:
-            if vi.type.HasField("tensor_type"):
-                elem = vi.type.tensor_type.elem_type
-                if elem not in _VALID_ELEM_TYPES:
-                    raise InvalidGraphError(f"{kind} '{vi.name}' has element type {elem}, not "
-                                            "an ONNX TensorProto.DataType value")
+            # a non-tensor type reads as elem_type 0 (UNDEFINED), which is valid here
+            if vi.type.tensor_type.elem_type not in _VALID_ELEM_TYPES:
+                raise InvalidGraphError(f"{kind} '{vi.name}' has element type "
+                                        f"{vi.type.tensor_type.elem_type}, not an ONNX "
+                                        "TensorProto.DataType value")
     for t in graph.initializer:
         if t.data_type not in _VALID_ELEM_TYPES or t.data_type == onnx.TensorProto.UNDEFINED:
             raise InvalidGraphError(f"initializer '{t.name}' has element type {t.data_type}, "
@@ -78,26 +85,27 @@ def validate_graph(model: onnx.ModelProto) -> None:
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     available = {t.name for t in g.initializer} | {t.values.name for t in g.sparse_initializer}
     available |= {vi.name for vi in g.input}
-    producer: dict[str, str] = {}
+    producer: dict[str, int] = {}
     later = {out for node in g.node for out in node.output if out}
     for index, node in enumerate(g.node):
-        where = _label(node, index)
         for name in node.input:
             if name and name not in available:
                 reason = ("is produced by a later node: the graph has a cycle or is not in "
                           "topological order" if name in later else
                           "is produced by no node, initializer or graph input")
-                raise InvalidGraphError(f"{where}: input '{name}' {reason}")
-        _check_arity(node, where, opsets)
+                raise InvalidGraphError(f"{_label(node, index)}: input '{name}' {reason}")
+        _check_arity(node, index, opsets)
         for name in node.output:
             if not name:
                 continue
             if name in available:
-                first = producer.get(name, "an initializer or graph input")
-                raise InvalidGraphError(f"{where}: output '{name}' is already assigned by "
-                                        f"{first} (ONNX graphs are single assignment)")
+                first = producer.get(name)
+                by = _label(g.node[first], first) if first is not None else \
+                    "an initializer or graph input"
+                raise InvalidGraphError(f"{_label(node, index)}: output '{name}' is already "
+                                        f"assigned by {by} (ONNX graphs are single assignment)")
             available.add(name)
-            producer[name] = where
+            producer[name] = index
     for vi in g.output:
         if vi.name not in available:
             raise InvalidGraphError(f"graph output '{vi.name}' is produced by no node, "
