@@ -149,6 +149,23 @@ def test_written_files_validate_against_their_schemas(gpt2_path: Path):
         schemas.check(json.loads(path.read_text()), device_schema(), str(path), DeviceError)
 
 
+def test_published_schemas_work_with_a_standard_validator(gpt2_path: Path, files):
+    """Other tools validate with off-the-shelf libraries: the files must be valid JSON Schema,
+    accept what tilecast writes, and refuse what tilecast refuses."""
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is in the dev extra")
+    for schema in schemas.published().values():
+        jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(forecast_schema())
+    assert validator.is_valid(json.loads(files["good"].read_text()))
+    assert not validator.is_valid(json.loads(files["negative"].read_text()))
+    assert not validator.is_valid(json.loads(files["string"].read_text()))
+    device = jsonschema.Draft202012Validator(device_schema())
+    for path in sorted(GPUS_DIR.glob("*.json")):
+        assert device.is_valid(json.loads(path.read_text())), path
+    assert not device.is_valid(json.loads((GPUS_DIR / "nvidia_l4.json").read_text())
+                               | {"arch": "quantum"})
+
+
 def test_schema_check_names_the_json_path():
     schema = forecast_schema()
     data = {"schema": 1, "model": "m", "device": "d", "mode": "inference", "predictor": "p",
