@@ -18,7 +18,8 @@ from tilecast.analyzer.forecast import Forecast, forecast_schema
 from tilecast.analyzer.validate import validate_graph
 from tilecast.cli import main
 from tilecast.device_db.device import ARCHS, GENERIC_ARCH
-from tilecast.device_db.loader import GPUS_DIR, device_schema, load_device
+from tilecast.device_db.loader import GPUS_DIR, load_device
+from tilecast.device_db.schema import device_schema
 from tilecast.errors import ConfigError, DeviceError, InvalidGraphError
 from tilecast.gate.baseline import baseline_schema, baseline_text, load_saved, model_inputs
 from tilecast.learned import features, tiles

@@ -252,7 +252,7 @@ def published() -> dict[str, dict[str, Any]]:
     """File name -> schema, for every published schema (imports the readers lazily: this
     module stays importable from any layer)."""
     from .analyzer.forecast import forecast_schema
-    from .device_db.loader import device_schema
+    from .device_db.schema import device_schema
     from .gate.baseline import baseline_schema
 
     schemas: list[Callable[[], dict[str, Any]]] = [forecast_schema, baseline_schema, device_schema]
