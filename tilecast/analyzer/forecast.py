@@ -265,6 +265,7 @@ def forecast_schema() -> dict[str, Any]:
              "nodes": int}
     top = record_schema(Forecast, sample, hints=hints, required=FORECAST_REQUIRED)
     kernel["properties"]["phase"]["enum"] = list(PHASES)
+    top["properties"]["dims"]["additionalProperties"] = {"type": "integer", "exclusiveMinimum": 0}
     top["properties"].update(schema={"const": SCHEMA_VERSION},
                              kernels={"type": "array", "items": kernel})
     return {"$schema": DRAFT, "$id": f"urn:tilecast:forecast:v{SCHEMA_VERSION}",
