@@ -182,6 +182,10 @@ def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     flat = {**values, **{f"interconnect.{k}": v for k, v in link.items()}}
     values["sources"] = _check_sources(values["sources"], flat, origin)
     _check_enums(values, origin)
+    from ..schemas import check  # last, the published schema itself (same field table)
+    from .schema import device_schema
+
+    check(obj, device_schema(), f"device JSON {origin}", DeviceError)
     values["interconnect"] = Interconnect(**link)
     return Device(**values, source_file=origin)
 
