@@ -189,10 +189,12 @@ def devices_show(name: str, fmt: str, output: str | None) -> None:
               help="default, learned, roofline, or a predictor .onnx path.")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Export cache (default: $TILECAST_CACHE or ~/.cache/tilecast).")
+@click.option("--by-family", is_flag=True, help="Measured (per-node CSVs) vs forecast ms "
+              "per kernel family and phase, per run.")
 @output_options(("table", "json", "markdown"))
 def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | None,
-             gpus: tuple[str, ...], predictor: str, cache_dir: Path | None, fmt: str,
-             output: str | None) -> None:
+             gpus: tuple[str, ...], predictor: str, cache_dir: Path | None, by_family: bool,
+             fmt: str, output: str | None) -> None:
     """Compare forecasts with measured end-to-end latencies, beside the paper's errors.
 
     LABELS_DIR holds <GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json files.
@@ -201,10 +203,20 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
     Example:
       tilecast evaluate ../shared/datasets/neusight-asplos25/labels \\
           --published ../shared/datasets/neusight-asplos25/published --gpu NVIDIA_L4
+      tilecast evaluate ../shared/datasets/neusight-asplos25/labels --by-family --gpu l4
     """
     from .evaluation import evaluate as run_eval
+    from .evaluation import evaluate_by_family
+    from .evaluation.family_report import render_by_family
     from .evaluation.report import render_table
 
+    progress = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    if by_family:
+        res = evaluate_by_family(labels_dir, models_dir=models_dir, gpus=gpus,
+                                 predictor=predictor, cache_dir=cache_dir, progress=progress)
+        write_output(res.to_json() if fmt == "json" else render_by_family(res, fmt == "markdown"),
+                     output)
+        return
     result = run_eval(labels_dir, models_dir=models_dir, published_dir=published_dir,
                       gpus=gpus, predictor=predictor, cache_dir=cache_dir,
                       progress=lambda msg: click.echo(msg, err=True))

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..analyzer.forecast import Forecast
 from ..analyzer.pipeline import analyze, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..errors import ConfigError
@@ -99,6 +100,14 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None) -
     return path
 
 
+def forecast_label(label: Label, predictor: Predictor, cache: Path,
+                   progress: Progress | None = None) -> Forecast:
+    """The forecast of one label's run: its model exported (cached) at the label's shape."""
+    path = cached_export(label, cache, progress)
+    return analyze(path, label.device, mode=label.mode, fusion=label.variant == "fusion",
+                   predictor=predictor)
+
+
 def _summaries(runs: list[Run]) -> tuple[Summary, ...]:
     groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
     for r in runs:
@@ -136,9 +145,7 @@ def evaluate(labels_dir: Path, *, models_dir: Path | None = None,
     for i, label in enumerate(labels, 1):
         if progress:
             progress(f"[{i}/{len(labels)}] {label.gpu} {label.file.name}")
-        path = cached_export(label, cache, progress)
-        f = analyze(path, label.device, mode=label.mode, fusion=label.variant == "fusion",
-                    predictor=pred)
+        f = forecast_label(label, pred, cache, progress)
         err = abs(f.total_ms - label.measured_ms) / label.measured_ms * 100
         key = (label.gpu, label.model, label.mode, label.batch, label.variant)
         runs.append(Run(label.gpu, label.model, label.mode, label.batch, label.seq,

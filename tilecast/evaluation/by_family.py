@@ -1,0 +1,194 @@
+"""``tilecast evaluate --by-family``: measured vs forecast ms per kernel family, per run.
+
+Measured: the label's per-node CSV (``fx_nodes``), nodes of the repeated block counted once
+per block. Forecast: the same label's forecast (``runner.forecast_label``: same export cache).
+Phases: forward, backward, accumulate (``grad += new`` into ``.grad``: the CSV's
+``acc_latency``, tilecast's ``GradAccumulate`` kernels; always an add, so its measured ms count
+as elementwise whichever node owns the parameter) and update (optimizer; not in the labels).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..analyzer.forecast import Forecast
+from ..analyzer.pipeline import resolve_predictor
+from ..analyzer.predictor import Predictor
+from ..errors import ConfigError
+from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
+from .labels import Label, Skipped, discover_labels
+from .runner import Progress, _no_labels, default_cache_dir, forecast_label
+
+PHASES = ("forward", "backward", "accumulate", "update")
+ACCUMULATE_OP = "GradAccumulate"  # op_type of tilecast's gradient-accumulation kernels
+
+
+@dataclass(frozen=True)
+class FamilyRow:
+    """One family in one phase of one run."""
+
+    phase: str
+    family: str
+    measured_ms: float  # sum over the per-node CSV
+    predicted_ms: float  # sum over the forecast's kernels
+    ratio: float | None  # predicted / measured; None when nothing was measured
+    nodes: int  # fx node instances with time in this phase (a block's nodes x num_layer)
+    kernels: int  # forecast kernels
+
+
+@dataclass(frozen=True)
+class RunFamilies:
+    """One label run: its family rows and what separates the kernels from the measured step."""
+
+    gpu: str
+    model: str
+    mode: str
+    batch: int
+    seq: int
+    e2e_ms: float  # the label's measured step
+    kernel_ms: float  # per-node sum over nodes that launch a kernel
+    host_ms: float  # per-node sum over nodes that launch none (the timing harness's floor)
+    gap_ms: float  # e2e_ms - kernel_ms: launch/host time between kernels, eager-mode gaps
+    predicted_ms: float  # forecast total
+    zero_cost_nodes: int  # ONNX nodes the forecast treats as launching no kernel
+    unclassified: tuple[str, ...]  # fx targets missing from fx_nodes.FX_FAMILIES
+    rows: tuple[FamilyRow, ...]
+
+
+@dataclass(frozen=True)
+class FamilyTotal:
+    """One family in one phase summed over every run of a mode."""
+
+    mode: str
+    phase: str
+    family: str
+    measured_ms: float
+    predicted_ms: float
+    ratio: float | None
+    runs: int
+
+
+@dataclass(frozen=True)
+class ByFamilyResult:
+    runs: tuple[RunFamilies, ...]
+    totals: tuple[FamilyTotal, ...]
+    skipped: tuple[Skipped, ...]
+    predictor: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"predictor": self.predictor, "runs": [asdict(r) for r in self.runs],
+                "totals": [asdict(t) for t in self.totals],
+                "skipped": [asdict(s) for s in self.skipped]}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+
+def _ratio(predicted: float, measured: float) -> float | None:
+    return round(predicted / measured, 3) if measured > 0 else None
+
+
+def _measured(nodes: Iterable[FxNode]) -> dict[tuple[str, str], tuple[float, int]]:
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for n in nodes:
+        for phase, ms, family in (("forward", n.forward_ms, n.family),
+                                  ("backward", n.backward_ms, n.family),
+                                  ("accumulate", n.accumulate_ms, "elementwise")):
+            if phase == "forward" or ms > 0:
+                cell = acc[(phase, family)]
+                cell[0] += ms * n.repeats
+                cell[1] += n.repeats
+    return {k: (v[0], int(v[1])) for k, v in acc.items()}
+
+
+def _predicted(forecast: Forecast) -> dict[tuple[str, str], tuple[float, int]]:
+    acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
+    for k in forecast.kernels:
+        phase = "accumulate" if k.kernel.op_type == ACCUMULATE_OP else k.kernel.phase
+        cell = acc[(phase, k.kernel.family)]
+        cell[0] += k.latency_ms
+        cell[1] += 1
+    return {key: (v[0], int(v[1])) for key, v in acc.items()}
+
+
+def _order(key: tuple[str, str]) -> tuple[int, str]:
+    phase, family = key
+    return PHASES.index(phase) if phase in PHASES else len(PHASES), family
+
+
+def _node_ms(nodes: Iterable[FxNode], *, host: bool) -> float:
+    return sum((n.forward_ms + n.backward_ms + n.accumulate_ms) * n.repeats
+               for n in nodes if (n.family == HOST) == host)
+
+
+def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast) -> RunFamilies:
+    """Match one run's measured nodes with its forecast, family by family and phase by phase."""
+    meas, pred = _measured(nodes), _predicted(forecast)
+    rows = []
+    for key in sorted(set(meas) | set(pred), key=_order):
+        m_ms, m_n = meas.get(key, (0.0, 0))
+        p_ms, p_n = pred.get(key, (0.0, 0))
+        rows.append(FamilyRow(key[0], key[1], round(m_ms, 4), round(p_ms, 4),
+                              _ratio(p_ms, m_ms), m_n, p_n))
+    kernel_ms = _node_ms(nodes, host=False)
+    return RunFamilies(
+        label.gpu, label.model, label.mode, label.batch, label.seq, round(label.measured_ms, 4),
+        round(kernel_ms, 4), round(_node_ms(nodes, host=True), 4),
+        round(label.measured_ms - kernel_ms, 4),
+        round(forecast.total_ms, 4), sum(forecast.zero_cost.values()),
+        tuple(sorted({n.target for n in nodes if n.family == UNCLASSIFIED})), tuple(rows))
+
+
+def _totals(runs: list[RunFamilies]) -> tuple[FamilyTotal, ...]:
+    acc: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for run in runs:
+        for r in run.rows:
+            cell = acc[(run.mode, r.phase, r.family)]
+            cell[0] += r.measured_ms
+            cell[1] += r.predicted_ms
+            cell[2] += 1
+    keys = sorted(acc, key=lambda k: (k[0], *_order(k[1:])))
+    return tuple(FamilyTotal(m, p, f, round(acc[(m, p, f)][0], 3), round(acc[(m, p, f)][1], 3),
+                             _ratio(acc[(m, p, f)][1], acc[(m, p, f)][0]),
+                             int(acc[(m, p, f)][2])) for m, p, f in keys)
+
+
+def num_layer(label: Label) -> int:
+    """How many times the per-node CSV's first block repeats (the label JSON's num_layer)."""
+    value = json.loads(label.file.read_text()).get("num_layer", 0)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{label.file}: num_layer must be an integer >= 0, got {value!r}")
+    return value
+
+
+def evaluate_by_family(labels_dir: Path, *, models_dir: Path | None = None,
+                       gpus: tuple[str, ...] = (), predictor: str | Predictor | None = None,
+                       cache_dir: Path | None = None, progress: Progress | None = None,
+                       ) -> ByFamilyResult:
+    """Per-family comparison for every label that has a per-node CSV beside its JSON."""
+    models_dir = models_dir or labels_dir.parent / "models"
+    labels, skipped = discover_labels(labels_dir, models_dir, gpus)
+    with_csv = []
+    for label in labels:
+        if label.file.with_suffix(".csv").is_file():
+            with_csv.append(label)
+        else:
+            skipped.append(Skipped(str(label.file.relative_to(labels_dir)),
+                                   "no per-node CSV beside it"))
+    if not with_csv:
+        raise ConfigError(_no_labels(labels_dir, gpus, skipped) + " with a per-node CSV")
+    pred = resolve_predictor(predictor)
+    cache = cache_dir or default_cache_dir()
+    runs = []
+    for i, label in enumerate(with_csv, 1):
+        if progress:
+            progress(f"[{i}/{len(with_csv)}] {label.gpu} {label.file.name}")
+        nodes = read_per_node_csv(label.file.with_suffix(".csv"), num_layer=num_layer(label),
+                                  training=label.mode == "training")
+        runs.append(compare_run(label, nodes, forecast_label(label, pred, cache, progress)))
+    return ByFamilyResult(tuple(runs), _totals(runs), tuple(skipped), pred.name)
