@@ -107,10 +107,17 @@ def _measured(nodes: Iterable[FxNode]) -> dict[tuple[str, str], tuple[float, int
 
 
 def _predicted(forecast: Forecast) -> dict[tuple[str, str], tuple[float, int]]:
+    # The CSV books a node's backward under the node (a Linear's bias-gradient reduction is
+    # part of the Linear's bw_latency), so a backward kernel counts in its forward node's family.
+    forward = {n: k.kernel.family for k in forecast.kernels if k.kernel.phase == "forward"
+               for n in k.kernel.nodes}
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for k in forecast.kernels:
         phase = "accumulate" if k.kernel.op_type == ACCUMULATE_OP else k.kernel.phase
-        cell = acc[(phase, k.kernel.family)]
+        family = k.kernel.family
+        if phase == "backward" and k.kernel.nodes:
+            family = forward.get(k.kernel.nodes[0], family)
+        cell = acc[(phase, family)]
         cell[0] += k.latency_ms
         cell[1] += 1
     return {key: (v[0], int(v[1])) for key, v in acc.items()}
