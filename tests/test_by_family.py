@@ -1,0 +1,207 @@
+"""`tilecast evaluate --by-family`: fx-node classification, per-node CSV sums, the comparison
+with the forecast and the CLI, on tiny hand-written CSVs and a tiny ONNX model (no export)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from tilecast.analyzer.pipeline import analyze
+from tilecast.cli import main
+from tilecast.device_db import load_device
+from tilecast.errors import ConfigError
+from tilecast.evaluation import evaluate_by_family
+from tilecast.evaluation.by_family import compare_run
+from tilecast.evaluation.fx_nodes import HOST, UNCLASSIFIED, fx_family, read_per_node_csv
+from tilecast.evaluation.labels import Label
+
+TINY = """
+<ir_version: 8, opset_import: ["" : 17]>
+tiny (float[2, 8, 16] x, float[16, 16] w) => (float[2, 16, 8] z) {
+    y = MatMul(x, w)
+    s = Softmax<axis = -1>(y)
+    z = Transpose<perm = [0, 2, 1]>(s)
+}
+"""
+BLOCK = ("{'nn_module_stack': OrderedDict([('layers', <class 'torch.nn.ModuleList'>), "
+         "('layers.0', <class 'm.Block'>)])}")
+LINEAR = BLOCK[:-3] + ", ('layers.0.dense', <class 'torch.nn.modules.linear.Linear'>)])}"
+TOP = "{'nn_module_stack': OrderedDict([('drop', <class 'torch.nn.modules.dropout.Dropout'>)])}"
+# op, target, meta, dtype, input_shapes, fw, bw, acc, Name
+ROWS = [
+    ("placeholder", "x", "{}", "torch.float32", "[]", 0, 0, 0, "x"),
+    ("call_method", "size", "{}", "", "[[2, 8, 16]]", 0.010, 0, 0, "size"),
+    ("call_function", "<built-in function add>", "{}", "", "[[1]]", 0.011, 0, 0, "add"),
+    ("call_module", "layers.0.dense", LINEAR, "torch.float32", "[[2, 8, 16]]", 0.5, 1.0, 0.2,
+     "dense"),
+    ("call_function", "<function softmax at 0x7f>", BLOCK, "torch.float32", "[[2, 8, 16]]",
+     0.2, 0.3, 0, "softmax"),
+    ("call_method", "view", BLOCK, "torch.float32", "[[2, 8, 16], [1]]", 0.012, 0, 0, "view"),
+    ("call_function", "<built-in function add>", "{}", "torch.float32",
+     "[[2, 8, 16], [2, 8, 16]]", 0.1, 0.05, 0, "add_1"),
+    ("call_function", "<built-in function getitem>", "{}", "torch.float32",
+     "[[2, 8, 16], [2, 8]]", 0.05, 0, 0, "getitem"),
+    ("call_module", "drop", TOP, "torch.float32", "[[2, 8, 16]]", 0.02, 0.04, 0, "drop"),
+    ("call_function", "<built-in method frobnicate of type object at 0x1>", "{}",
+     "torch.float32", "[[2, 8, 16]]", 0.03, 0, 0, "frobnicate"),
+    ("output", "output", "{}", "torch.float32", "[[2, 16, 8]]", 0, 0, 0, "output"),
+]
+HEADER = ["op", "target", "meta", "dtype", "input_shapes", "fw_latency", "bw_latency",
+          "acc_latency", "Name"]
+
+
+def _write_csv(path: Path, rows=ROWS, header=HEADER) -> Path:
+    with path.open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+@pytest.mark.parametrize("op,target,is_tensor,inputs,training,family", [
+    ("placeholder", "x", True, 0, False, HOST),  # graph input: no work
+    ("call_method", "size", False, 1, False, HOST),  # shape query
+    ("call_function", "add", False, 1, False, HOST),  # int + int for a shape
+    ("call_function", "add", True, 2, False, "elementwise"),  # tensor + tensor
+    ("call_module", "Linear", True, 1, False, "matmul"),
+    ("call_function", "baddbmm", True, 3, False, "matmul"),
+    ("call_module", "LayerNorm", True, 1, False, "normalization"),
+    ("call_module", "Embedding", True, 1, False, "gather"),
+    ("call_function", "softmax", True, 1, False, "softmax"),
+    ("call_method", "permute", True, 1, False, HOST),  # a view
+    ("call_method", "contiguous", True, 1, False, "movement"),  # the copy after it
+    ("call_function", "getitem", True, 1, False, HOST),  # x[:, 0]: a view
+    ("call_function", "getitem", True, 2, False, "movement"),  # x[mask]: a gather copy
+    ("call_function", "max", True, 2, False, "elementwise"),  # torch.max(a, b)
+    ("call_function", "max", False, 1, False, "reduction"),  # torch.max(a, dim) -> tuple
+    ("call_module", "Dropout", True, 1, False, HOST),  # identity under eval()
+    ("call_module", "Dropout", True, 1, True, "elementwise"),  # a mask kernel when training
+    ("call_function", "frobnicate", True, 1, False, UNCLASSIFIED),  # unknown: counted
+])
+def test_fx_family_table(op, target, is_tensor, inputs, training, family):
+    assert fx_family(op, target, is_tensor=is_tensor, tensor_inputs=inputs,
+                     training=training) == family
+
+
+def test_reader_classifies_and_repeats_the_first_block(tmp_path):
+    nodes = read_per_node_csv(_write_csv(tmp_path / "run.csv"), num_layer=3)
+    got = {n.name: (n.target, n.family, n.repeats) for n in nodes}
+    assert got["dense"] == ("Linear", "matmul", 3)  # module class from nn_module_stack
+    assert got["softmax"] == ("softmax", "softmax", 3)
+    assert got["view"] == ("view", HOST, 3)
+    assert got["add"] == ("add", HOST, 1) and got["add_1"] == ("add", "elementwise", 1)
+    assert got["getitem"] == ("getitem", "movement", 1)
+    assert got["frobnicate"][1] == UNCLASSIFIED
+    # num_layer 0: the CSV is the whole model, nothing repeats
+    assert {n.repeats for n in read_per_node_csv(tmp_path / "run.csv")} == {1}
+
+
+def test_reader_names_the_missing_column_and_the_bad_value(tmp_path):
+    with pytest.raises(ConfigError, match="missing column.*acc_latency"):
+        read_per_node_csv(_write_csv(tmp_path / "a.csv", [r[:7] + r[8:] for r in ROWS],
+                                     HEADER[:7] + HEADER[8:]))
+    bad = [ROWS[0], ROWS[1][:5] + ("fast",) + ROWS[1][6:]]
+    with pytest.raises(ConfigError, match=r"line 3 \(size\).*'fw_latency'.*'fast'"):
+        read_per_node_csv(_write_csv(tmp_path / "b.csv", bad))
+
+
+def _label(tmp_path: Path, mode: str, measured_ms: float) -> Label:
+    return Label(tmp_path / "tiny-inf-8-2.json", "NVIDIA_L4", load_device("l4"), "tiny",
+                 tmp_path / "tiny.json", mode, 8, 2, "plain", measured_ms)
+
+
+def test_compare_run_sums_each_family_and_phase(tmp_path):
+    nodes = read_per_node_csv(_write_csv(tmp_path / "run.csv"), num_layer=3, training=True)
+    forecast = analyze(onnx.parser.parse_model(TINY), "l4", predictor="roofline")
+    run = compare_run(_label(tmp_path, "training", 10.0), nodes, forecast)
+    rows = {(r.phase, r.family): r for r in run.rows}
+    # the block's Linear x 3 layers: forward 0.5 * 3, backward 1.0 * 3; its .grad += 0.2 * 3
+    assert rows[("forward", "matmul")].measured_ms == pytest.approx(1.5)
+    assert rows[("forward", "matmul")].nodes == 3
+    assert rows[("backward", "matmul")].measured_ms == pytest.approx(3.0)
+    assert rows[("accumulate", "elementwise")].measured_ms == pytest.approx(0.6)
+    # elementwise: add_1 (0.1) and, when training, the dropout (0.02)
+    assert rows[("forward", "elementwise")].measured_ms == pytest.approx(0.12)
+    assert rows[("backward", "elementwise")].measured_ms == pytest.approx(0.09)
+    # predicted: the forecast's own kernels of each family; the Transpose is movement
+    for family in ("matmul", "softmax", "movement"):
+        row = rows[("forward", family)]
+        assert row.predicted_ms == pytest.approx(forecast.by_family[family], abs=1e-4)
+        assert row.ratio == pytest.approx(row.predicted_ms / row.measured_ms, abs=1e-3)
+    assert rows[("forward", "host")].predicted_ms == 0 and rows[("forward", "host")].kernels == 0
+    # host: size 0.010 + int add 0.011 + the block's view 0.012 * 3
+    assert run.host_ms == pytest.approx(0.057)
+    # every non-host node, all phases: Linear (0.5+1.0+0.2)*3, softmax (0.2+0.3)*3, add_1
+    # 0.1+0.05, getitem 0.05, dropout 0.02+0.04, the unclassified frobnicate 0.03
+    kernels = 1.7 * 3 + 0.5 * 3 + 0.15 + 0.05 + 0.06 + 0.03
+    assert run.kernel_ms == pytest.approx(kernels)
+    assert run.gap_ms == pytest.approx(10.0 - kernels)
+    assert run.unclassified == ("frobnicate",)
+
+
+@pytest.fixture
+def labels_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    labels, models = tmp_path / "labels", tmp_path / "models"
+    (labels / "NVIDIA_L4").mkdir(parents=True)
+    models.mkdir()
+    (models / "tiny.json").write_text('{"model_type": "gpt2"}')
+    (labels / "NVIDIA_L4" / "tiny-inf-8-2.json").write_text(
+        '{"num_layer": 3, "e2e_latency": 4.0}')
+    _write_csv(labels / "NVIDIA_L4" / "tiny-inf-8-2.csv")
+    (labels / "NVIDIA_L4" / "tiny-inf-8-2-fusion.json").write_text('{"e2e_latency": 3.0}')
+
+    def fake_export(config, *, output, **kwargs):  # the cache miss writes the tiny graph
+        onnx.save(onnx.parser.parse_model(TINY), output)
+
+    monkeypatch.setattr("tilecast.exporters.export_model", fake_export)
+    return labels
+
+
+def test_cli_by_family_json_table_and_markdown(labels_tree, tmp_path):
+    args = ["evaluate", str(labels_tree), "--by-family", "--predictor", "roofline",
+            "--cache", str(tmp_path / "cache")]
+    res = CliRunner().invoke(main, [*args, "--format", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    (run,) = data["runs"]
+    rows = {(r["phase"], r["family"]): r for r in run["rows"]}
+    forecast = analyze(onnx.parser.parse_model(TINY), "l4", predictor="roofline")
+    assert rows[("forward", "matmul")]["measured_ms"] == pytest.approx(1.5)
+    assert rows[("forward", "softmax")]["predicted_ms"] == pytest.approx(
+        forecast.by_family["softmax"], abs=1e-4)
+    assert run["gap_ms"] == pytest.approx(4.0 - run["kernel_ms"], abs=1e-3)
+    assert [s["reason"] for s in data["skipped"]] == ["no per-node CSV beside it"]
+    table = CliRunner().invoke(main, args).stdout
+    assert "per-node kernels" in table and "all runs:" in table and "frobnicate" in table
+    markdown = CliRunner().invoke(main, [*args, "--format", "markdown"]).stdout
+    assert "| phase | family | measured_ms |" in markdown
+
+
+def test_no_per_node_csv_is_one_error_line(labels_tree, tmp_path):
+    (labels_tree / "NVIDIA_L4" / "tiny-inf-8-2.csv").unlink()
+    with pytest.raises(ConfigError, match="with a per-node CSV"):
+        evaluate_by_family(labels_tree, cache_dir=tmp_path / "cache", predictor="roofline")
+    res = CliRunner().invoke(main, ["evaluate", str(labels_tree), "--by-family"])
+    assert res.exit_code == 2 and res.output.startswith("Error:")
+
+
+def test_every_fx_target_of_the_shared_csvs_is_classified(dataset_dir):
+    labels = dataset_dir / "labels"
+    for path in sorted(labels.glob("*/*.csv")):
+        nodes = read_per_node_csv(path, training="-train-" in path.name)
+        assert not [n.target for n in nodes if n.family == UNCLASSIFIED], path
+
+
+def test_repeated_block_makes_the_per_node_sum_the_step(dataset_dir):
+    # V100 GPT-2 large, 36 layers; the CSV holds one block. Repeated, its kernels add up to
+    # the measured step (104 % of it); counted once they would be about 1/36 of it.
+    path = dataset_dir / "labels" / "Tesla_V100-PCIE-32GB" / "gpt2_large-inf-1024-4"
+    e2e = json.loads(path.with_suffix(".json").read_text())
+    nodes = read_per_node_csv(path.with_suffix(".csv"), num_layer=e2e["num_layer"])
+    kernel_ms = sum(n.forward_ms * n.repeats for n in nodes if n.family != HOST)
+    assert kernel_ms == pytest.approx(e2e["e2e_latency"], rel=0.1)
