@@ -39,6 +39,9 @@ def _overall(res) -> list[str]:
     return lines
 
 
+KEEP = "## Per-family diagnosis"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -67,7 +70,10 @@ def main() -> None:
         "H100 and MI250 single-GPU labels are withheld (blind test) and so absent here.", "",
         "## NVIDIA, all cells", "", *_overall(res), "",
         "## Per run and per GPU", "", render_table(res, markdown=True)])
-    args.output.write_text(text)
+    # The hand-written per-family findings (tilecast evaluate --by-family) are kept as they are.
+    old = args.output.read_text() if args.output.is_file() else ""
+    kept = old[old.index(KEEP):] if KEEP in old else ""
+    args.output.write_text(text + (f"\n{kept}" if kept else ""))
     print(f"wrote {args.output} ({len(res.runs)} runs, {seconds:.0f} s)")
 
 

@@ -62,8 +62,9 @@ class RunFamilies:
 
 @dataclass(frozen=True)
 class FamilyTotal:
-    """One family in one phase summed over every run of a mode."""
+    """One family in one phase summed over every run of a GPU and mode."""
 
+    gpu: str
     mode: str
     phase: str
     family: str
@@ -152,17 +153,19 @@ def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast) -> 
 
 
 def _totals(runs: list[RunFamilies]) -> tuple[FamilyTotal, ...]:
-    acc: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    acc: dict[tuple[str, str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
     for run in runs:
         for r in run.rows:
-            cell = acc[(run.mode, r.phase, r.family)]
+            cell = acc[(run.gpu, run.mode, r.phase, r.family)]
             cell[0] += r.measured_ms
             cell[1] += r.predicted_ms
             cell[2] += 1
-    keys = sorted(acc, key=lambda k: (k[0], *_order(k[1:])))
-    return tuple(FamilyTotal(m, p, f, round(acc[(m, p, f)][0], 3), round(acc[(m, p, f)][1], 3),
-                             _ratio(acc[(m, p, f)][1], acc[(m, p, f)][0]),
-                             int(acc[(m, p, f)][2])) for m, p, f in keys)
+    out = []
+    for key in sorted(acc, key=lambda k: (k[0], k[1], *_order(k[2:]))):
+        measured, predicted, n = acc[key]
+        out.append(FamilyTotal(*key, round(measured, 3), round(predicted, 3),
+                               _ratio(predicted, measured), int(n)))
+    return tuple(out)
 
 
 def num_layer(label: Label) -> int:

@@ -32,10 +32,11 @@ def render_by_family(res: ByFamilyResult, markdown: bool = False) -> str:
         out += ["", _run_header(run), *_grid(HEAD, [_row(r) for r in run.rows], markdown)]
         if run.unclassified:
             out.append(f"unclassified fx targets: {', '.join(run.unclassified)}")
-    thead = ["mode", "phase", "family", "measured_ms", "predicted_ms", "pred/meas", "runs"]
-    trows = [[t.mode, t.phase, t.family, f"{t.measured_ms:.1f}", f"{t.predicted_ms:.1f}",
+    thead = ["gpu", "mode", "phase", "family", "measured_ms", "predicted_ms", "pred/meas",
+             "runs"]
+    trows = [[t.gpu, t.mode, t.phase, t.family, f"{t.measured_ms:.1f}", f"{t.predicted_ms:.1f}",
               _ratio(t.ratio), str(t.runs)] for t in res.totals]
-    out += ["", "all runs:", *_grid(thead, trows, markdown)]
+    out += ["", "all runs, per GPU and mode:", *_grid(thead, trows, markdown)]
     if res.skipped:
         out += ["", f"skipped ({len(res.skipped)}):"]
         out += [f"- {s.file}: {s.reason}" for s in res.skipped]
