@@ -19,12 +19,14 @@ from typing import Any
 from ..analyzer.forecast import Forecast
 from ..analyzer.pipeline import resolve_predictor
 from ..analyzer.predictor import Predictor
+from ..analyzer.types import FAMILIES
 from ..errors import ConfigError
 from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
 from .labels import Label, Skipped, discover_labels
 from .runner import Progress, _no_labels, default_cache_dir, forecast_label
 
 PHASES = ("forward", "backward", "accumulate", "update")
+ORDER = (*FAMILIES, HOST, UNCLASSIFIED)  # row order within a phase: tilecast's families first
 ACCUMULATE_OP = "GradAccumulate"  # op_type of tilecast's gradient-accumulation kernels
 
 
@@ -124,9 +126,10 @@ def _predicted(forecast: Forecast) -> dict[tuple[str, str], tuple[float, int]]:
     return {key: (v[0], int(v[1])) for key, v in acc.items()}
 
 
-def _order(key: tuple[str, str]) -> tuple[int, str]:
+def _order(key: tuple[str, str]) -> tuple[int, int, str]:
     phase, family = key
-    return PHASES.index(phase) if phase in PHASES else len(PHASES), family
+    rank = ORDER.index(family) if family in ORDER else len(ORDER)
+    return PHASES.index(phase) if phase in PHASES else len(PHASES), rank, family
 
 
 def _node_ms(nodes: Iterable[FxNode], *, host: bool) -> float:
