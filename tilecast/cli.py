@@ -15,6 +15,8 @@ from typing import Any
 import click
 
 from . import __version__
+from .analyzer.mathmode import MATH_MODES
+from .analyzer.runtime import RUNTIMES
 from .errors import TilecastError
 
 BAD_INPUT_EXIT = 2
@@ -89,6 +91,13 @@ def model_options(fn: Callable) -> Callable:
                      help="Forecast fused execution (torch.compile-style fusion groups)."),
         click.option("--predictor", default="default", show_default=True,
                      help="default (learned if shipped), learned, roofline, or a .onnx path."),
+        click.option("--math", type=click.Choice(MATH_MODES), default=None,
+                     help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
+                          "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
+                          "graph under torch.autocast, casts costed)."),
+        click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
+                     help="eager (per-kernel host dispatch; default) or graph (CUDA graphs / "
+                          "XLA / TensorRT-style: no dispatch floor, BN folded into Conv)."),
     )):
         fn = opt(fn)
     return fn
@@ -116,7 +125,8 @@ def main() -> None:
               help="How many of the slowest kernels to list.")
 @output_options(("table", "json", "csv", "markdown"))
 def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
-            predictor: str, optimizer: str, top: int, fmt: str, output: str | None) -> None:
+            predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
+            fmt: str, output: str | None) -> None:
     """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
 
     \b
@@ -124,12 +134,14 @@ def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bo
       tilecast analyze model.onnx --device l4 --dim batch=8 --top 5
       tilecast analyze model.onnx --device a100-80gb --mode training --optimizer adam
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
+      tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
+      tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
     """
     from .analyzer.pipeline import analyze as run
     from .report import render
 
     forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
-                   optimizer=optimizer)
+                   optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
     write_output(render(forecast, fmt, top), output)
 
 
@@ -300,14 +312,16 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
 @output_options(("table", "json", "markdown"))
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
-            dims: dict[str, int], mode: str, fusion: bool, predictor: str, optimizer: str,
-            threshold: str, top: int, fmt: str, output: str | None) -> None:
+            dims: dict[str, int], mode: str, fusion: bool, predictor: str, math: str | None,
+            runtime: str | None, optimizer: str, threshold: str, top: int, fmt: str,
+            output: str | None) -> None:
     """Compare the forecasts of BASE and NEW; exit 1 when a device slows down by more than
     --threshold, 2 for bad input.
 
     BASE and NEW are ONNX files or saved forecasts (`tilecast analyze --format json`, or a
     `tilecast gate` baseline). With a saved side, --predictor default follows its predictor
-    when it is roofline, and --dim defaults to its dims.
+    when it is roofline, and --dim, --math and --runtime default to its own; forecasts made
+    under different math modes or runtimes are not compared (exit 2).
 
     \b
     Example:
@@ -320,7 +334,8 @@ def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
 
     result = run_compare(base, new, devices or None, mode=mode, threshold=threshold,
                          fusion=fusion, dims=dims, optimizer=optimizer, top=top,
-                         predictor=None if predictor == "default" else predictor)
+                         predictor=None if predictor == "default" else predictor,
+                         math=math, runtime=runtime)
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     write_output(render([(None, result)], fmt), output)

@@ -81,6 +81,8 @@ class Forecast:
     fusion: bool = False
     dims: Mapping[str, int] = field(default_factory=dict)
     node_count: int = 0
+    math: str = "graph"  # the math mode assumed (analyzer/mathmode.py)
+    runtime: str = "eager"  # the runtime assumed (analyzer/runtime.py)
 
     @property
     def total_ms(self) -> float:
@@ -117,6 +119,7 @@ class Forecast:
         return {
             "schema": SCHEMA_VERSION, "tilecast_version": __version__, "model": self.model,
             "device": self.device.name, "mode": self.mode, "predictor": self.predictor,
+            "math": self.math, "runtime": self.runtime,
             "fusion": self.fusion, "dims": dict(sorted(self.dims.items())),
             "total_ms": _r(self.total_ms),
             "by_phase": {p: _r(v) for p, v in self.by_phase.items()},
@@ -158,6 +161,8 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
+            # Forecasts written before math modes and runtimes existed assumed these.
+            math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
         )
 
     @classmethod
