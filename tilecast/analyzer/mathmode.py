@@ -164,7 +164,8 @@ class _Rewriter:
         elif key in FP32_OUT:
             policy, compute = "read", "float32"
         elif key in INPUT0:
-            policy, compute = "read", ins0[0].dtype if _is_float(ins0[0]) else None
+            x = ins0[0] if ins0 else None
+            policy, compute = "read", x.dtype if x is not None and _is_float(x) else None
         else:
             policy, compute = "read", _widest(ins0)
         if policy == "cast":
