@@ -97,7 +97,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph_results = fold_linear_bias(cost_graph(graph))
     results = graph_results
     if runtime == "graph" and mode == "inference":
-        results = fold_batchnorm(results)
+        results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     if mode == "training":

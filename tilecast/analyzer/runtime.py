@@ -20,7 +20,7 @@ The two constants live here, once, with their sources (docs/math-and-runtimes.md
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ..device_db.device import Device
@@ -80,10 +80,13 @@ def apply_runtime(preds: Sequence[Prediction], device: Device,
     return _eager(preds) if runtime == "eager" else _graph(preds, device)
 
 
-def fold_batchnorm(results: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
+def fold_batchnorm(results: Sequence[NodeResult],
+                   graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: BatchNormalization(Conv(x)) becomes the Conv alone
-    (scale and shift fold into its weights and bias); the BN is zero-cost, with a reason."""
+    (scale and shift fold into its weights and bias) when the BN is the conv output's only
+    reader; the BN is zero-cost, with a reason."""
     uses = Counter(t.name for r in results for t in r.node.inputs if t is not None)
+    uses.update(graph_outputs)
     producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     out = list(results)
     for j, bn in enumerate(results):
