@@ -229,8 +229,10 @@ def test_amp_training_casts_gradients_back():
     f = tilecast.analyze(_model(MLP, "float"), "a100-sxm4-40gb", predictor="roofline",
                          math="amp-fp16", mode="training", optimizer="adam")
     grads = [k for k in f.kernels if k.kernel.op_type == "CastGrad"]
-    # the two weight casts get their gradient casts (x needs no gradient)
-    assert len(grads) == 2
+    # the two weight casts get their gradient casts (x needs no gradient): read the half
+    # gradient, write the fp32 one
+    assert sorted(k.kernel.bytes for k in grads) == [256 * 32 * 6, 128 * 256 * 6]
+    assert {k.kernel.dtype for k in grads} == {"float32"}
     updates = [k for k in f.kernels if k.kernel.phase == "update"]
     assert {k.kernel.dtype for k in updates} == {"float32"}  # fp32 master weights
 

@@ -153,6 +153,16 @@ def _generic_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
                           c.elements, c.estimated))]
 
 
+def _cast_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    """A dtype cast's gradient is the cast back: read dY, write dX in the input's dtype
+    (autocast's casts: half gradients back to the fp32 weights and activations)."""
+    x, y = r.node.input(0), r.node.outputs[0]
+    if x is None or x.name not in need:
+        return []
+    return [("dX", OpCost("elementwise", x.numel, _nb(y) + _nb(x), x.dtype,
+                          elements=x.numel))]
+
+
 BACKWARD: dict[str, BackwardFn] = {
     "matmul": _matmul_bw, "conv": _conv_bw, "elementwise": _elementwise_bw,
     "softmax": _rows_bw, "normalization": _rows_bw, "gather": _gather_bw,
@@ -208,7 +218,8 @@ def _optimizer(params: dict[str, TensorInfo], optimizer: str) -> list[Kernel]:
 def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kernel]:
     if r.cost is None or not any(t.name in need for t in node.outputs):
         return []
-    fn = BACKWARD.get(r.cost.family, _generic_bw)
+    fn = _cast_bw if node.op_type == "Cast" and not node.domain else BACKWARD.get(
+        r.cost.family, _generic_bw)
     return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
                    "backward") for suffix, cost in fn(r, need)]
 
