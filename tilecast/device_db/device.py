@@ -43,6 +43,14 @@ class Device:
     peak_tflops_bf16_matrix: float | None = None
     peak_tflops_fp8_matrix: float | None = None
     peak_tops_int8_matrix: float | None = None
+    # Physical limits on sustained throughput (issues 10 and 17); optional so older files load.
+    base_clock_mhz: float | None = None  # datasheet base (guaranteed) clock
+    board_power_w: float | None = None  # TDP / total board power of this SKU
+    # Share of the SM's warp-instruction issue slots that FP32 FMAs take at peak_tflops_fp32:
+    # FP32 lanes / (warp width x warp instructions dispatched per clock). 1.0 = no spare slot.
+    fp32_issue_share: float | None = None
+    # Fraction of the dense fp16/bf16 matrix peak that large vendor-BLAS GEMMs sustain.
+    matrix_sustained_fraction: float | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
     supported_dtypes: tuple[str, ...] = ("float32",)
     aliases: tuple[str, ...] = ()

@@ -167,6 +167,19 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
                          "(e.g. float32, float16, bfloat16, float8e4m3fn, int8)")
 
 
+_FRACTION_FIELDS = ("fp32_issue_share", "matrix_sustained_fraction")
+
+
+def _check_physical(values: Mapping[str, Any], origin: str) -> None:
+    for name in _FRACTION_FIELDS:
+        if values.get(name) is not None and values[name] > 1:
+            raise _error(origin, name, f"is a fraction and must be <= 1, got {values[name]!r}")
+    base = values.get("base_clock_mhz")
+    if base is not None and base > values["boost_clock_mhz"]:
+        raise _error(origin, "base_clock_mhz", f"({base}) must not exceed boost_clock_mhz "
+                     f"({values['boost_clock_mhz']})")
+
+
 def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     """Validate a tilecast-schema mapping (as read from JSON) and build the :class:`Device`."""
     values = _check_object(obj, DEVICE_FIELDS, "", origin)
@@ -176,6 +189,7 @@ def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     flat = {**values, **{f"interconnect.{k}": v for k, v in link.items()}}
     values["sources"] = _check_sources(values["sources"], flat, origin)
     _check_enums(values, origin)
+    _check_physical(values, origin)
     values["interconnect"] = Interconnect(**link)
     return Device(**values, source_file=origin)
 

@@ -67,6 +67,7 @@ class KernelSamples:
     kernel_name: np.ndarray  # str: the launched kernel (carries the cuBLAS tile)
     grid: np.ndarray  # int64 thread blocks launched (grid x*y*z)
     block_threads: np.ndarray  # int64 threads per block
+    split_k: np.ndarray  # int64 reduction slices cuBLAS launched (1 elsewhere)
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -85,10 +86,33 @@ def _int(row: dict[str, str], key: str) -> int:
     return int(float(value)) if value not in (None, "") else 0
 
 
+def matmul_dims_of_row(r: dict[str, str]) -> tuple[int, int, int, int]:
+    """tilecast's (b, m, n, k) of a bmm / linear row: THE one place the CSV convention is read.
+
+    The NeuSight CSVs' ``B, M, N, K`` mean ``(B x M x N) @ (B x N x K)``: N is the reduction
+    and the output is M x K (linear: ``Linear(N -> K)`` on M rows). tilecast's ``MatmulDims``
+    is (m x k) @ (k x n), so m = M, n = K (output columns), k = N (reduction). The recorded
+    launch grids are the evidence: ``Grid x = ceil(K / tile rows)`` and ``Grid y = ceil(M /
+    tile cols)`` on >= 99 % of the rows whose kernel name carries a tile
+    (tests/test_learned_dataset.py checks it against the data).
+    """
+    b, m, n_csv, k_csv = (max(_int(r, c), 1) for c in "BMNK")
+    return b, m, k_csv, n_csv
+
+
+def split_k_of_row(op: str, b: int, r: dict[str, str]) -> int:
+    """Slices of the reduction launched along grid z: a linear's grid z is its split-K count;
+    a bmm's grid z is its batch, times the split when cuBLAS also splits K."""
+    z = max(_int(r, "Grid z"), 1)
+    if op == "linear":
+        return z
+    return z // b if z % b == 0 and z >= b else 1
+
+
 def _costs(op: str, r: dict[str, str]) -> tuple[int, ...]:
     """(b, m, n, k, rows, cols, elements) of one CSV row."""
     if op in ("bmm", "linear"):
-        b, m, n, k = (max(_int(r, c), 1) for c in "BMNK")
+        b, m, n, k = matmul_dims_of_row(r)
         return b, m, n, k, 0, 0, b * m * n
     rows, cols = max(_int(r, "B"), 1), max(_int(r, "H"), 1)
     return 0, 0, 0, 0, rows, cols, rows * cols
@@ -98,7 +122,7 @@ def _flops_bytes(op: str, dims: tuple[int, ...], itemsize: float) -> tuple[float
     b, m, n, k, rows, cols, elements = dims
     if op == "bmm":
         return 2.0 * b * m * n * k, itemsize * b * (m * k + k * n + m * n)
-    if op == "linear":  # y = x W^T + bias
+    if op == "linear":  # y = x W^T + bias: x (m, k), W (n, k), bias (n), y (m, n)
         return 2.0 * m * n * k + m * n, itemsize * (m * k + n * k + m * n + n)
     if op == "softmax":
         return SOFTMAX_FLOPS_PER_ELEMENT * elements, itemsize * 2.0 * elements
@@ -125,6 +149,7 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
             grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
             threads = max(_int(r, "Block x"), 1) * max(_int(r, "Block y"), 1) * max(
                 _int(r, "Block z"), 1)
+            cols["split_k"].append(split_k_of_row(op, dims[0], r) if dims[0] else 1)
             for key, value in zip(("b", "m", "n", "k", "rows", "cols", "elements"), dims,
                                   strict=True):
                 cols[key].append(value)
