@@ -165,8 +165,10 @@ def test_compare_follows_the_saved_math_and_runtime(conv_path, tmp_path):
     res = CliRunner().invoke(main, ["compare", str(base), str(conv_path)])
     assert res.exit_code == 0, res.output
     # the model is re-forecast under tf32 + graph, so nothing changed
+    assert "math tf32, graph runtime" in res.output
     dev = tilecast.compare(str(base), str(conv_path)).devices[0]
     assert dev.delta_ms == 0 and dev.base_kernels == dev.new_kernels == 2
+    assert (dev.to_dict()["math"], dev.to_dict()["runtime"]) == ("tf32", "graph")
 
 
 @pytest.mark.parametrize("flag,value", [("--math", "graph"), ("--runtime", "eager")])
