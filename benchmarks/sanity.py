@@ -177,4 +177,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except tilecast.TilecastError as exc:
+        sys.exit(f"Error: {exc}")
