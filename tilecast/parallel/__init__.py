@@ -1,0 +1,3 @@
+"""Distributed training forecasts: data, tensor and pipeline parallelism with collectives."""
+
+from __future__ import annotations

@@ -1,0 +1,139 @@
+"""``analyze_parallel``: one training step of a model on a cluster under a parallel layout."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import onnx
+
+from ..analyzer.analysis import cost_graph
+from ..analyzer.forecast import KernelForecast
+from ..analyzer.graph import build_graph, load_model
+from ..analyzer.pipeline import node_kernels, resolve_predictor
+from ..analyzer.predictor import Predictor
+from ..analyzer.rewrites import fold_linear_bias
+from ..analyzer.training import training_kernels
+from ..analyzer.types import Kernel, OpCost
+from ..device_db import Device, load_device
+from ..errors import TilecastError
+from .cluster import Cluster, load_cluster
+from .forecast import ParallelForecast
+from .layout import Layout
+from .segments import Segment, segment_costs
+from .stages import build_stages
+from .structure import EPILOGUE, PROLOGUE, recognize
+from .tensor import check_divisible, roles, shard_kernels
+
+
+def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None):
+    proto = load_model(model)
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    graph = build_graph(proto, dims)
+    return proto, graph, fold_linear_bias(cost_graph(graph))
+
+
+def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
+    """Gradient clipping by global norm: one pass to compute the norm, one to scale
+    (read + write): three passes over the gradients, memory-bound."""
+    n = int(param_bytes)
+    return Kernel("grad_clip", (), "ClipGradNorm",
+                  OpCost("elementwise", n, 3 * n, dtype, elements=n // 4), "update")
+
+
+def _batch(graph) -> int:
+    shapes = [t.shape for t in graph.inputs if t.shape]
+    return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
+
+
+def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
+                     layout: Layout, *, cluster: str | os.PathLike[str] | Cluster,
+                     device: str | os.PathLike[str] | Device | None = None,
+                     dims: Mapping[str, int] | None = None,
+                     predictor: str | os.PathLike[str] | Predictor | None = None,
+                     optimizer: str = "adam", layers: int | None = None,
+                     clip_grad: bool = True) -> ParallelForecast:
+    """Forecast one training step of ``model`` (its graph batch is one microbatch) on
+    ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
+    layer up to that many layers (export a model with few layers, forecast the full depth).
+
+    >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
+    >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
+    """
+    cl = load_cluster(cluster)
+    if device is not None:
+        from dataclasses import replace
+
+        cl = replace(cl, device=load_device(device))
+    pred = resolve_predictor(predictor)
+    proto, graph, results = _graph(model, dims)
+    s = recognize(results)
+    warnings = list(s.warnings)
+    if (layout.tp > 1 or layout.pp > 1 or layers) and not s.layers:
+        raise TilecastError(f"tensor/pipeline parallelism and layer replication need "
+                            f"transformer layers, but none was recognized in "
+                            f"{graph.name or model}: {'; '.join(s.warnings)}")
+    if layout.tp > 1:
+        check_divisible(results, s, layout.tp)
+    r = roles(results, s, layout.sequence_parallel)
+    kernels = training_kernels(graph, results, node_kernels(results), optimizer=optimizer)
+    index = {res.node.name: i for i, res in enumerate(results)}
+    kernels = shard_kernels(kernels, results, r, index, layout.tp)
+    preds = pred.predict(kernels, cl.device)
+    kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
+          for k, p in zip(kernels, preds, strict=True)]
+    segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel)
+    units = _units(segs, s.layers, layers or s.layers)
+    if layout.pp > len(units):
+        raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
+                            f"has {len(units)}")
+    dtype = kernels[0].dtype if kernels else "float32"
+    clip = None
+    if clip_grad:
+        total = sum(u.param_bytes for u in units)
+        clip_ms = pred.predict([_clip_kernel(total, dtype)], cl.device)[0].latency_ms
+        clip = clip_ms / total if total else 0.0
+    ranks, collectives = build_stages(units, layout, cl, clip, dtype, optimizer)
+    return ParallelForecast(
+        model=str(model) if not isinstance(model, onnx.ModelProto) else graph.name,
+        cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
+        graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
+        collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)))
+
+
+def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:
+    """Per-layer segments, the prologue folded into the first and the epilogue into the
+    last; the graph's first layer repeated when ``target`` exceeds the graph's layers."""
+    if graph_layers == 0:
+        unit = Segment()
+        for seg in segs.values():
+            _merge(unit, seg)
+        return [unit]
+    if target < graph_layers:
+        raise TilecastError(f"layers={target} is fewer than the graph's {graph_layers}")
+    units = [segs[i].copy() for i in range(graph_layers)]
+    units[1:1] = [segs[0].copy() for _ in range(target - graph_layers)]
+    _merge(units[0], segs[PROLOGUE])
+    _merge(units[-1], segs[EPILOGUE])
+    return units
+
+
+def _merge(into: Segment, other: Segment) -> None:
+    for name in ("fwd_ms", "bwd_ms", "update_ms", "fwd_flops", "bwd_flops", "param_elems",
+                 "param_bytes", "activation_bytes"):
+        setattr(into, name, getattr(into, name) + getattr(other, name))
+    into.hidden_bytes = max(into.hidden_bytes, other.hidden_bytes)
+    into.tp_fwd.extend(other.tp_fwd)
+    into.tp_bwd.extend(other.tp_bwd)
+
+
+def _memory_warnings(ranks: Sequence) -> list[str]:
+    out = []
+    for r in ranks:
+        m = r.memory
+        if not m.fits:
+            out.append(f"stage {r.stage} needs {m.total / 2**30:.1f} GiB per GPU, more than "
+                       f"the device's {m.capacity / 2**30:.0f} GiB")
+    return out

@@ -1,0 +1,137 @@
+"""From per-layer costs to per-stage ranks: pipeline, tensor- and data-parallel collectives,
+optimizer step and memory."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from ..analyzer.types import DTYPE_SIZE
+from .cluster import Cluster
+from .collectives import collective_cost, group_span
+from .forecast import GIB, CollectiveForecast, Memory, RankForecast
+from .layout import Layout
+from .schedule import balanced_stages, one_f_one_b, overlapped_allreduce
+from .segments import Segment
+
+MB = 2**20  # DDP's bucket_cap_mb is in MiB
+# Optimizer state bytes per parameter beyond weights and gradients (Rajbhandari et al.,
+# "ZeRO", SC'20, section 3.1: mixed-precision Adam keeps an fp32 master copy, momentum and
+# variance = 12 bytes; in fp32 the weights are the master copy: momentum + variance = 8).
+OPTIMIZER_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8,
+                   ("sgd", False): 4, ("none", True): 4, ("none", False): 0}
+
+
+def _stage(units: Sequence[Segment]) -> Segment:
+    out = Segment()
+    for u in units:
+        for name in ("fwd_ms", "bwd_ms", "update_ms", "fwd_flops", "bwd_flops",
+                     "param_elems", "param_bytes", "activation_bytes"):
+            setattr(out, name, getattr(out, name) + getattr(u, name))
+        out.hidden_bytes = max(out.hidden_bytes, u.hidden_bytes)
+        out.tp_fwd.extend(u.tp_fwd)
+        out.tp_bwd.extend(u.tp_bwd)
+    return out
+
+
+def _tp_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
+                    ) -> list[CollectiveForecast]:
+    span = group_span(layout.tp, 1, cl.gpus_per_node)
+    out = []
+    for phase, calls in (("forward", seg.tp_fwd), ("backward", seg.tp_bwd)):
+        for (op, nbytes), n in sorted(Counter(calls).items()):
+            c = collective_cost(op, nbytes, span, cl)
+            out.append(CollectiveForecast(f"tp.{phase}.{op}.{int(nbytes)}", op, "tp", phase,
+                                          int(nbytes), layout.tp, n * layout.microbatches,
+                                          c.latency_ms, c.algorithm, c.link, True, stage))
+    return out
+
+
+def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
+            optimizer: str, layers: int) -> Memory:
+    dp, z = layout.dp, layout.zero
+    weights = seg.param_bytes / (dp if z >= 3 else 1)
+    grads = seg.param_bytes / (dp if z >= 2 else 1)
+    opt = seg.param_elems * OPTIMIZER_BYTES[(optimizer, mixed)] / (dp if z >= 1 else 1)
+    in_flight = min(layout.microbatches, layout.pp - stage)  # 1F1B (Narayanan et al. 2021)
+    if layout.recompute:  # layer inputs kept, one layer's activations rebuilt at a time
+        per_mb = seg.hidden_bytes * layers + seg.activation_bytes / max(layers, 1)
+    else:
+        per_mb = seg.activation_bytes
+    return Memory(weights, grads, opt, per_mb * in_flight, cl.device.memory_gb * GIB)
+
+
+def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, cl: Cluster,
+        stage: int) -> tuple[float, list[CollectiveForecast]]:
+    """Exposed data-parallel time after the last backward and its collectives."""
+    if layout.dp == 1:
+        return 0.0, []
+    span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
+    op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
+    grads, t = [], 0.0
+    for u in reversed(layers):  # the backward visits the layers last to first
+        t += u.bwd_ms
+        grads.append((t, u.param_bytes))
+    end, buckets, _ = overlapped_allreduce(
+        grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
+    bucket = seg.param_bytes / max(buckets, 1)
+    c = collective_cost(op, bucket, span, cl)
+    colls = [CollectiveForecast(f"dp.grad.{op}", op, "dp", "backward", int(bucket), layout.dp,
+                                buckets, c.latency_ms, c.algorithm, c.link, False, stage)]
+    exposed = max(0.0, end - bwd_ms)
+    if layout.zero >= 1:  # the updated shards are gathered back
+        ag = collective_cost("all-gather", seg.param_bytes, span, cl)
+        colls.append(CollectiveForecast("dp.param.all-gather", "all-gather", "dp", "update",
+                                        int(seg.param_bytes), layout.dp, 1, ag.latency_ms,
+                                        ag.algorithm, ag.link, True, stage))
+        exposed += ag.latency_ms
+    if layout.zero >= 3:  # FSDP gathers each layer's weights again in forward and backward
+        ag = collective_cost("all-gather", seg.param_bytes, span, cl).latency_ms
+        fwd = seg.fwd_ms * layout.microbatches
+        exposed += max(0.0, ag * layout.microbatches - fwd)
+    return exposed, colls
+
+
+def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_per_byte,
+                 dtype: str, optimizer: str) -> tuple[list[RankForecast], list]:
+    cuts = balanced_stages([u.fwd_ms + u.bwd_ms for u in units], layout.pp)
+    stages = [_stage(units[a:b]) for a, b in cuts]
+    mixed = DTYPE_SIZE.get(dtype, 4) < 4
+    pp_span = group_span(2, layout.tp * layout.dp, cl.gpus_per_node)
+    collectives: list[CollectiveForecast] = []
+    stage_ms, parts = [], []
+    for i, seg in enumerate(stages):
+        tp = _tp_collectives(seg, layout, cl, i)
+        tp_f = sum(c.latency_ms * c.count for c in tp if c.phase == "forward")
+        tp_b = sum(c.latency_ms * c.count for c in tp if c.phase == "backward")
+        M = layout.microbatches
+        fwd, bwd = seg.fwd_ms + tp_f / M, seg.bwd_ms + tp_b / M
+        if layout.recompute:
+            bwd += seg.fwd_ms
+        p2p = collective_cost("send-recv", seg.hidden_bytes, pp_span, cl)
+        sends = (i < layout.pp - 1) + (i > 0) if layout.pp > 1 else 0
+        if sends:
+            collectives.append(CollectiveForecast(
+                "pp.activation.send-recv", "send-recv", "pp", "forward",
+                int(seg.hidden_bytes), 2, sends * M, p2p.latency_ms, p2p.algorithm,
+                p2p.link, True, i))
+        stage_ms.append(fwd + bwd + sends * p2p.latency_ms)
+        collectives.extend(tp)
+        parts.append((seg, fwd, bwd, tp_f + tp_b + sends * p2p.latency_ms * M))
+    pipe = one_f_one_b(stage_ms, layout.microbatches)
+    ranks = []
+    for i, ((seg, _fwd, bwd, comm), (a, b)) in enumerate(zip(parts, cuts, strict=True)):
+        dp_exposed, dp_colls = _dp(seg, bwd, units[a:b], layout, cl, i)
+        collectives.extend(dp_colls)
+        shard = layout.dp if layout.zero >= 1 else 1
+        update = seg.update_ms / shard
+        if clip_ms_per_byte is not None:
+            update += clip_ms_per_byte * seg.param_bytes
+        flops = (seg.fwd_flops * (2 if layout.recompute else 1) + seg.bwd_flops) \
+            * layout.microbatches
+        compute = pipe.busy_ms[i] - comm
+        ranks.append(RankForecast(
+            i, (a, b), compute, comm + dp_exposed, pipe.total_ms - pipe.busy_ms[i], update,
+            pipe.total_ms + dp_exposed + update, flops,
+            _memory(seg, layout, cl, i, mixed, optimizer, b - a)))
+    return ranks, collectives
