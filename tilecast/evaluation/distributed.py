@@ -9,7 +9,10 @@ measured pipeline steps (3.3-3.7x the data-parallel ones at the same global batc
 microbatch of the whole batch, not four (which would be about 1.75x). Global batch / dp /
 microbatches samples form one microbatch, which is the batch the model is exported at; the
 export keeps two transformer layers and the forecast repeats the first up to the config's
-depth (tilecast.parallel's ``layers``).
+depth (tilecast.parallel's ``layers``). Megatron-LM fuses bias + GeLU, bias + dropout +
+residual add and the masked softmax by default (its ``--bias-gelu-fusion``,
+``--bias-dropout-fusion`` and ``--masked-softmax-fusion`` flags, on unless disabled;
+megatron/arguments.py), so the forecast uses tilecast's fused execution (``fusion=True``).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Distributed:
     sequence_parallel: bool
     zero: int
     clip_grad: bool
+    fusion: bool = True  # Megatron-LM's default kernel fusions (see the module docstring)
 
     def per_rank_batch(self, global_batch: int) -> int:
         return max(1, global_batch // (self.dp * self.microbatches))

@@ -120,7 +120,7 @@ def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
     # no-op under Megatron-LM), so the forecast does too.
     f = analyze_parallel(path, layout, cluster=cluster_for_device(label.device),
                          predictor=pred, optimizer="adam", clip_grad=d.clip_grad,
-                         layers=config_layers(label.config))
+                         layers=config_layers(label.config), fusion=d.fusion)
     return f.step_ms
 
 

@@ -10,7 +10,7 @@ import onnx
 from ..analyzer.analysis import cost_graph
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.graph import build_graph, load_model
-from ..analyzer.pipeline import node_kernels, resolve_predictor
+from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.rewrites import fold_linear_bias
 from ..analyzer.training import training_kernels
@@ -54,10 +54,12 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      dims: Mapping[str, int] | None = None,
                      predictor: str | os.PathLike[str] | Predictor | None = None,
                      optimizer: str = "adam", layers: int | None = None,
-                     clip_grad: bool = True) -> ParallelForecast:
+                     clip_grad: bool = True, fusion: bool = False) -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth).
+    ``fusion`` forecasts fused elementwise chains (Megatron-LM's bias-GeLU and
+    bias-dropout-add fusions) as the single-GPU ``--fusion`` does.
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -78,7 +80,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if layout.tp > 1:
         check_divisible(results, s, layout.tp)
     r = roles(results, s, layout.sequence_parallel)
-    kernels = training_kernels(graph, results, node_kernels(results), optimizer=optimizer)
+    forward = group_kernels(graph, results) if fusion else node_kernels(results)
+    kernels = training_kernels(graph, results, forward, optimizer=optimizer)
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = shard_kernels(kernels, results, r, index, layout.tp)
     preds = pred.predict(kernels, cl.device)

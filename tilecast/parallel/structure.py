@@ -176,8 +176,10 @@ def _attention(w: _Walker, core: int) -> Block | None:
     if w.family(core) == "attention":
         qkv_inputs, out_from = node.inputs, core
     else:
-        qk, clean = w.up(node.inputs[:1])
-        if len(qk) != 1 or not clean or any(w.is_weighted(i) for i in qk):
+        # The scores may also meet a mask branch (cumsum, gathers over the attention mask):
+        # only the matmul found matters here.
+        qk, _ = w.up(node.inputs[:1])
+        if len(qk) != 1 or any(w.is_weighted(i) for i in qk):
             return None
         (qk_i,) = qk
         av = w.down(core)
