@@ -12,13 +12,21 @@ from click.testing import CliRunner
 from tilecast.cli import main
 from tilecast.errors import ConfigError, TilecastError
 from tilecast.parallel import (
-    Layout, analyze_parallel, collective_cost, group_span, list_clusters, load_cluster,
+    Layout,
+    analyze_parallel,
+    collective_cost,
+    group_span,
+    list_clusters,
+    load_cluster,
     parse_layout,
 )
 from tilecast.parallel.cluster import parse_cluster
 from tilecast.parallel.collectives import BASE_LATENCY_US, Span
 from tilecast.parallel.schedule import (
-    balanced_stages, bubble_fraction, one_f_one_b, overlapped_allreduce,
+    balanced_stages,
+    bubble_fraction,
+    one_f_one_b,
+    overlapped_allreduce,
 )
 
 # One pre-LN transformer layer: batch 2, seq 8, hidden 16, 4 heads of 4, MLP 64.
@@ -145,11 +153,11 @@ def test_tensor_parallel_shards_each_linear_and_the_heads():
 
 
 def test_tensor_parallel_per_rank_matmul_shapes():
+    from tilecast.analyzer.pipeline import node_kernels
     from tilecast.analyzer.training import training_kernels
     from tilecast.parallel.api import _graph
     from tilecast.parallel.structure import recognize
     from tilecast.parallel.tensor import roles, shard_kernels
-    from tilecast.analyzer.pipeline import node_kernels
 
     _, graph, results = _graph(_model(), None)
     s = recognize(results)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import onnx
 
@@ -43,6 +44,14 @@ def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
                   OpCost("elementwise", n, 3 * n, dtype, elements=n // 4), "update")
 
 
+def _clip_ms_per_byte(units: Sequence[Segment], dtype: str, pred: Predictor,
+                      device: Device) -> float:
+    total = sum(u.param_bytes for u in units)
+    if not total:
+        return 0.0
+    return pred.predict([_clip_kernel(total, dtype)], device)[0].latency_ms / total
+
+
 def _batch(graph) -> int:
     shapes = [t.shape for t in graph.inputs if t.shape]
     return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
@@ -66,8 +75,6 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     """
     cl = load_cluster(cluster)
     if device is not None:
-        from dataclasses import replace
-
         cl = replace(cl, device=load_device(device))
     pred = resolve_predictor(predictor)
     proto, graph, results = _graph(model, dims)
@@ -93,11 +100,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
                             f"has {len(units)}")
     dtype = kernels[0].dtype if kernels else "float32"
-    clip = None
-    if clip_grad:
-        total = sum(u.param_bytes for u in units)
-        clip_ms = pred.predict([_clip_kernel(total, dtype)], cl.device)[0].latency_ms
-        clip = clip_ms / total if total else 0.0
+    clip = _clip_ms_per_byte(units, dtype, pred, cl.device) if clip_grad else None
     ranks, collectives = build_stages(units, layout, cl, clip, dtype, optimizer)
     return ParallelForecast(
         model=str(model) if not isinstance(model, onnx.ModelProto) else graph.name,

@@ -92,46 +92,52 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
     return exposed, colls
 
 
+def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
+                ) -> tuple[float, float, float, list[CollectiveForecast]]:
+    """(forward ms, backward ms, per-step communication ms, collectives) of one microbatch
+    on stage ``i``: tensor-parallel collectives are synchronous, so they add to the
+    compute; the stage sends activations forward and gradients back."""
+    M = layout.microbatches
+    colls = _tp_collectives(seg, layout, cl, i)
+    tp_f = sum(c.total_ms for c in colls if c.phase == "forward")
+    tp_b = sum(c.total_ms for c in colls if c.phase == "backward")
+    if layout.recompute:  # the forward runs again, its all-reduces too
+        tp_b += tp_f
+        bwd = seg.bwd_ms + seg.fwd_ms + tp_b / M
+    else:
+        bwd = seg.bwd_ms + tp_b / M
+    fwd = seg.fwd_ms + tp_f / M
+    sends = (i < layout.pp - 1) + (i > 0) if layout.pp > 1 else 0
+    p2p = collective_cost("send-recv", seg.hidden_bytes,
+                          group_span(2, layout.tp * layout.dp, cl.gpus_per_node), cl)
+    if sends:
+        colls.append(CollectiveForecast(
+            "pp.activation.send-recv", "send-recv", "pp", "forward", int(seg.hidden_bytes),
+            2, sends * M, p2p.latency_ms, p2p.algorithm, p2p.link, True, i))
+    return fwd, bwd + sends * p2p.latency_ms, tp_f + tp_b + sends * p2p.latency_ms * M, colls
+
+
 def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_per_byte,
                  dtype: str, optimizer: str) -> tuple[list[RankForecast], list]:
     cuts = balanced_stages([u.fwd_ms + u.bwd_ms for u in units], layout.pp)
     stages = [_stage(units[a:b]) for a, b in cuts]
     mixed = DTYPE_SIZE.get(dtype, 4) < 4
-    pp_span = group_span(2, layout.tp * layout.dp, cl.gpus_per_node)
     collectives: list[CollectiveForecast] = []
-    stage_ms, parts = [], []
-    for i, seg in enumerate(stages):
-        tp = _tp_collectives(seg, layout, cl, i)
-        tp_f = sum(c.latency_ms * c.count for c in tp if c.phase == "forward")
-        tp_b = sum(c.latency_ms * c.count for c in tp if c.phase == "backward")
-        M = layout.microbatches
-        fwd, bwd = seg.fwd_ms + tp_f / M, seg.bwd_ms + tp_b / M
-        if layout.recompute:
-            bwd += seg.fwd_ms
-        p2p = collective_cost("send-recv", seg.hidden_bytes, pp_span, cl)
-        sends = (i < layout.pp - 1) + (i > 0) if layout.pp > 1 else 0
-        if sends:
-            collectives.append(CollectiveForecast(
-                "pp.activation.send-recv", "send-recv", "pp", "forward",
-                int(seg.hidden_bytes), 2, sends * M, p2p.latency_ms, p2p.algorithm,
-                p2p.link, True, i))
-        stage_ms.append(fwd + bwd + sends * p2p.latency_ms)
-        collectives.extend(tp)
-        parts.append((seg, fwd, bwd, tp_f + tp_b + sends * p2p.latency_ms * M))
-    pipe = one_f_one_b(stage_ms, layout.microbatches)
+    times = [_stage_time(seg, i, layout, cl) for i, seg in enumerate(stages)]
+    pipe = one_f_one_b([f + b for f, b, _, _ in times], layout.microbatches)
     ranks = []
-    for i, ((seg, _fwd, bwd, comm), (a, b)) in enumerate(zip(parts, cuts, strict=True)):
+    for i, (seg, (a, b)) in enumerate(zip(stages, cuts, strict=True)):
+        _fwd, bwd, comm, colls = times[i]
+        collectives.extend(colls)
         dp_exposed, dp_colls = _dp(seg, bwd, units[a:b], layout, cl, i)
         collectives.extend(dp_colls)
-        shard = layout.dp if layout.zero >= 1 else 1
-        update = seg.update_ms / shard
+        update = seg.update_ms / (layout.dp if layout.zero >= 1 else 1)
         if clip_ms_per_byte is not None:
             update += clip_ms_per_byte * seg.param_bytes
         flops = (seg.fwd_flops * (2 if layout.recompute else 1) + seg.bwd_flops) \
             * layout.microbatches
-        compute = pipe.busy_ms[i] - comm
         ranks.append(RankForecast(
-            i, (a, b), compute, comm + dp_exposed, pipe.total_ms - pipe.busy_ms[i], update,
-            pipe.total_ms + dp_exposed + update, flops,
-            _memory(seg, layout, cl, i, mixed, optimizer, b - a)))
+            i, (a, b), pipe.busy_ms[i] - comm, comm + dp_exposed,
+            pipe.total_ms - pipe.busy_ms[i], update, pipe.total_ms + dp_exposed + update,
+            flops, _memory(seg, layout, cl, i, mixed, optimizer, b - a)))
     return ranks, collectives
