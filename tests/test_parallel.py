@@ -29,37 +29,53 @@ from tilecast.parallel.schedule import (
     overlapped_allreduce,
 )
 
-# One pre-LN transformer layer: batch 2, seq 8, hidden 16, 4 heads of 4, MLP 64.
-TINY = """
-<ir_version: 8, opset_import: ["" : 17]>
+
+# Pre-LN transformer layers: batch 2, seq 8, hidden 16, 4 heads of 4, MLP 64.
+def _weights(i: int) -> str:
+    return (f"float[16] g1_{i} = {{1.0}}, float[16] b1_{i} = {{0.0}}, "
+            f"float[16, 48] wqkv_{i} = {{0.0}}, float[16, 16] wo_{i} = {{0.0}}, "
+            f"float[16] g2_{i} = {{1.0}}, float[16] b2_{i} = {{0.0}}, "
+            f"float[16, 64] w1_{i} = {{0.0}}, float[64, 16] w2_{i} = {{0.0}}")
+
+
+def _layer(i: int, x: str, y: str) -> str:
+    return f"""
+  n1_{i} = LayerNormalization <axis = -1> ({x}, g1_{i}, b1_{i})
+  qkv_{i} = MatMul(n1_{i}, wqkv_{i})
+  q_{i}, k_{i}, v_{i} = Split <axis = 2, num_outputs = 3> (qkv_{i})
+  qh_{i} = Reshape(q_{i}, hs)
+  kh_{i} = Reshape(k_{i}, hs)
+  vh_{i} = Reshape(v_{i}, hs)
+  qt_{i} = Transpose <perm = [0, 2, 1, 3]> (qh_{i})
+  kt_{i} = Transpose <perm = [0, 2, 3, 1]> (kh_{i})
+  vt_{i} = Transpose <perm = [0, 2, 1, 3]> (vh_{i})
+  s_{i} = MatMul(qt_{i}, kt_{i})
+  ss_{i} = Mul(s_{i}, sc)
+  p_{i} = Softmax <axis = -1> (ss_{i})
+  o_{i} = MatMul(p_{i}, vt_{i})
+  ot_{i} = Transpose <perm = [0, 2, 1, 3]> (o_{i})
+  om_{i} = Reshape(ot_{i}, hm)
+  a_{i} = MatMul(om_{i}, wo_{i})
+  r1_{i} = Add(a_{i}, {x})
+  n2_{i} = LayerNormalization <axis = -1> (r1_{i}, g2_{i}, b2_{i})
+  h_{i} = MatMul(n2_{i}, w1_{i})
+  act_{i} = Relu(h_{i})
+  m_{i} = MatMul(act_{i}, w2_{i})
+  {y} = Add(m_{i}, r1_{i})"""
+
+
+def _text(layers: int) -> str:
+    names = ["x", *(f"y{i}" for i in range(1, layers)), "y"]
+    weights = ", ".join(_weights(i) for i in range(layers))
+    body = "".join(_layer(i, names[i], names[i + 1]) for i in range(layers))
+    return f"""<ir_version: 8, opset_import: ["" : 17]>
 g (float[2, 8, 16] x) => (float[2, 8, 16] y)
-<float[16] g1 = {1.0}, float[16] b1 = {0.0}, float[16, 48] wqkv = {0.0},
- float[16, 16] wo = {0.0}, float[16] g2 = {1.0}, float[16] b2 = {0.0},
- float[16, 64] w1 = {0.0}, float[64, 16] w2 = {0.0}, int64[4] hs = {2, 8, 4, 4},
- int64[3] hm = {2, 8, 16}, float sc = {0.5}> {
-  n1 = LayerNormalization <axis = -1> (x, g1, b1)
-  qkv = MatMul(n1, wqkv)
-  q, k, v = Split <axis = 2, num_outputs = 3> (qkv)
-  qh = Reshape(q, hs)
-  kh = Reshape(k, hs)
-  vh = Reshape(v, hs)
-  qt = Transpose <perm = [0, 2, 1, 3]> (qh)
-  kt = Transpose <perm = [0, 2, 3, 1]> (kh)
-  vt = Transpose <perm = [0, 2, 1, 3]> (vh)
-  s = MatMul(qt, kt)
-  ss = Mul(s, sc)
-  p = Softmax <axis = -1> (ss)
-  o = MatMul(p, vt)
-  ot = Transpose <perm = [0, 2, 1, 3]> (o)
-  om = Reshape(ot, hm)
-  a = MatMul(om, wo)
-  r1 = Add(a, x)
-  n2 = LayerNormalization <axis = -1> (r1, g2, b2)
-  h = MatMul(n2, w1)
-  act = Relu(h)
-  m = MatMul(act, w2)
-  y = Add(m, r1)
-}"""
+<{weights}, int64[4] hs = {{2, 8, 4, 4}}, int64[3] hm = {{2, 8, 16}}, float sc = {{0.5}}> {{
+{body}
+}}"""
+
+
+TINY = _text(1)
 
 LINK = {"fabric": "nvswitch", "generation": "test", "bandwidth_gbps": 100, "latency_us": 2}
 NET = {"fabric": "infiniband", "generation": "test", "bandwidth_gbps": 10, "latency_us": 5}
@@ -166,7 +182,7 @@ def test_tensor_parallel_per_rank_matmul_shapes():
     index = {r.node.name: i for i, r in enumerate(results)}
     out = shard_kernels(kernels, results, roles(results, s, False), index, 2)
     fwd = {k.nodes[0]: k.cost.matmul for k in out if k.phase == "forward" and k.cost.matmul}
-    by_out = {results[index[n]].node.outputs[0].name: d for n, d in fwd.items()}
+    by_out = {results[index[n]].node.outputs[0].name[:-2]: d for n, d in fwd.items()}
     # qkv: 16 rows of 16 -> 48/2 columns; QK^T: 2 x 4 heads / 2; out proj: K 16/2; MLP 64/2
     assert (by_out["qkv"].n, by_out["qkv"].k) == (24, 16)
     assert (by_out["s"].b, by_out["s"].m, by_out["s"].n) == (4, 8, 8)
@@ -222,8 +238,8 @@ def test_memory_accounting_per_gpu():
 
 
 def test_layer_replication_and_pipeline_stages():
-    f = analyze_parallel(_model(), Layout(pp=2, microbatches=4), cluster=_cluster(),
-                         predictor="roofline", layers=4)
+    f = analyze_parallel(onnx.parser.parse_model(_text(2)), Layout(pp=2, microbatches=4),
+                         cluster=_cluster(), predictor="roofline", layers=4)
     assert f.layers == 4 and [r.layers for r in f.ranks] == [(0, 2), (2, 4)]
     assert all(r.bubble_ms > 0 for r in f.ranks)
     assert any(c.op == "send-recv" for c in f.collectives)
@@ -255,3 +271,56 @@ def test_cli_parallel_json_lists_collectives(tmp_path):
     bad = CliRunner().invoke(main, ["analyze", str(path), "--parallel", "dp=2",
                                     "--cluster", "dgx-a100"])
     assert bad.exit_code == 2 and "--mode training" in bad.output
+
+
+def test_layer_replication_equals_the_deeper_graph():
+    # a two-layer graph's first layer is a whole one (norm, both blocks, residual adds):
+    # repeated to three layers it forecasts what the three-layer graph does
+    deep, shallow = onnx.parser.parse_model(_text(3)), onnx.parser.parse_model(_text(2))
+    assert analyze_parallel(deep, Layout(), cluster=_cluster(),
+                            predictor="roofline").graph_layers == 3
+    for layout in (Layout(dp=2), Layout(tp=2), Layout(pp=3, microbatches=2)):
+        a = analyze_parallel(deep, layout, cluster=_cluster(), predictor="roofline")
+        b = analyze_parallel(shallow, layout, cluster=_cluster(), predictor="roofline",
+                             layers=3)
+        assert a.step_ms == pytest.approx(b.step_ms, rel=1e-9), layout
+        assert [r.memory.total for r in a.ranks] == pytest.approx(
+            [r.memory.total for r in b.ranks])
+
+
+def test_sequence_parallel_and_zero_change_the_collectives():
+    sp = analyze_parallel(_model(), Layout(tp=2, sequence_parallel=True), cluster=_cluster(),
+                          predictor="roofline")
+    assert {c.op for c in sp.collectives if c.group == "tp"} == {"reduce-scatter",
+                                                                  "all-gather"}
+    z1 = analyze_parallel(_model(), Layout(dp=2, zero=1), cluster=_cluster(),
+                          predictor="roofline")
+    assert {(c.op, c.exposed) for c in z1.collectives} == {("reduce-scatter", False),
+                                                           ("all-gather", True)}
+
+
+def test_group_span_follows_megatron_rank_order():
+    assert group_span(8, 1, 8) == Span(8, 8)  # tensor-parallel ranks fill a node
+    assert group_span(16, 8, 8) == Span(16, 1)  # dp after tp=8: one rank per node
+    assert group_span(4, 2, 8).per_node == 4 and group_span(8, 2, 8).nodes == 2
+
+
+@pytest.mark.parametrize("fmt, marker", [("table", "per rank"), ("markdown", "| stage |"),
+                                         ("csv", "record,name,group")])
+def test_report_formats(fmt, marker):
+    from tilecast.parallel.report import render_parallel
+
+    f = analyze_parallel(_model(), Layout(dp=2, tp=2), cluster=_cluster(),
+                         predictor="roofline")
+    text = render_parallel(f, fmt)
+    assert marker in text and "all-reduce" in text
+
+
+def test_cluster_for_device_picks_the_labels_nodes():
+    from tilecast.device_db import load_device
+    from tilecast.parallel import cluster_for_device
+
+    assert cluster_for_device(load_device("NVIDIA A100-SXM4-40GB")).name == "dgx-a100-320gb"
+    assert cluster_for_device(load_device("NVIDIA H100 80GB HBM3")).name == "dgx-h100"
+    with pytest.raises(ConfigError, match="no cluster preset"):
+        cluster_for_device(load_device("t4"))

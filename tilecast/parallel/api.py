@@ -96,6 +96,9 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
           for k, p in zip(kernels, preds, strict=True)]
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel)
     units = _units(segs, s.layers, layers or s.layers)
+    if s.layers == 1 and (layers or 1) > 1:
+        warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
+                        "residual add that sit outside it: export two layers")
     if layout.pp > len(units):
         raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
                             f"has {len(units)}")
