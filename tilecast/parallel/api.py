@@ -14,7 +14,7 @@ from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.rewrites import fold_linear_bias
-from ..analyzer.training import training_kernels
+from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
 from ..analyzer.types import Kernel, OpCost
 from ..device_db import Device, load_device
 from ..errors import TilecastError
@@ -52,6 +52,21 @@ def _clip_ms_per_byte(units: Sequence[Segment], dtype: str, pred: Predictor,
     return pred.predict([_clip_kernel(total, dtype)], device)[0].latency_ms / total
 
 
+def _fused_update(units: Sequence[Segment], optimizer: str, dtype: str, pred: Predictor,
+                  device: Device) -> None:
+    """Re-time each unit's optimizer step as its share of one multi-tensor kernel."""
+    total = sum(u.update_bytes for u in units)
+    elements = int(sum(u.param_elems for u in units))
+    if not total or not elements:
+        return
+    flops = OPTIMIZER_TRAFFIC[optimizer][1] * elements
+    k = Kernel(f"fused_{optimizer}", (), f"Fused{optimizer.capitalize()}",
+               OpCost("elementwise", flops, int(total), dtype, elements=elements), "update")
+    per_byte = pred.predict([k], device)[0].latency_ms / total
+    for u in units:
+        u.update_ms = per_byte * u.update_bytes
+
+
 def _batch(graph) -> int:
     shapes = [t.shape for t in graph.inputs if t.shape]
     return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
@@ -63,12 +78,16 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      dims: Mapping[str, int] | None = None,
                      predictor: str | os.PathLike[str] | Predictor | None = None,
                      optimizer: str = "adam", layers: int | None = None,
-                     clip_grad: bool = True, fusion: bool = False) -> ParallelForecast:
+                     clip_grad: bool = True, fusion: bool = False,
+                     fused_optimizer: bool = True) -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth).
     ``fusion`` forecasts fused elementwise chains (Megatron-LM's bias-GeLU and
-    bias-dropout-add fusions) as the single-GPU ``--fusion`` does.
+    bias-dropout-add fusions) as the single-GPU ``--fusion`` does. ``fused_optimizer``
+    forecasts the optimizer step as multi-tensor kernels (Megatron-LM's apex FusedAdam,
+    PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per parameter
+    without a launch and a partly filled GPU per small tensor.
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -103,6 +122,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
                             f"has {len(units)}")
     dtype = kernels[0].dtype if kernels else "float32"
+    if fused_optimizer and optimizer != "none":
+        _fused_update(units, optimizer, dtype, pred, cl.device)
     clip = _clip_ms_per_byte(units, dtype, pred, cl.device) if clip_grad else None
     ranks, collectives = build_stages(units, layout, cl, clip, dtype, optimizer)
     return ParallelForecast(
@@ -118,24 +139,15 @@ def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:
     if graph_layers == 0:
         unit = Segment()
         for seg in segs.values():
-            _merge(unit, seg)
+            unit.add(seg)
         return [unit]
     if target < graph_layers:
         raise TilecastError(f"layers={target} is fewer than the graph's {graph_layers}")
     units = [segs[i].copy() for i in range(graph_layers)]
     units[1:1] = [segs[0].copy() for _ in range(target - graph_layers)]
-    _merge(units[0], segs[PROLOGUE])
-    _merge(units[-1], segs[EPILOGUE])
+    units[0].add(segs[PROLOGUE])
+    units[-1].add(segs[EPILOGUE])
     return units
-
-
-def _merge(into: Segment, other: Segment) -> None:
-    for name in ("fwd_ms", "bwd_ms", "update_ms", "fwd_flops", "bwd_flops", "param_elems",
-                 "param_bytes", "activation_bytes"):
-        setattr(into, name, getattr(into, name) + getattr(other, name))
-    into.hidden_bytes = max(into.hidden_bytes, other.hidden_bytes)
-    into.tp_fwd.extend(other.tp_fwd)
-    into.tp_bwd.extend(other.tp_bwd)
 
 
 def _memory_warnings(ranks: Sequence) -> list[str]:

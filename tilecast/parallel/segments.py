@@ -24,6 +24,7 @@ class Segment:
     fwd_ms: float = 0.0
     bwd_ms: float = 0.0
     update_ms: float = 0.0
+    update_bytes: float = 0.0  # optimizer traffic (for a fused multi-tensor optimizer)
     fwd_flops: float = 0.0
     bwd_flops: float = 0.0
     param_elems: float = 0.0  # per tensor-parallel rank
@@ -34,10 +35,21 @@ class Segment:
     tp_bwd: list[tuple[str, float]] = field(default_factory=list)
 
     def copy(self) -> Segment:
-        return Segment(self.fwd_ms, self.bwd_ms, self.update_ms, self.fwd_flops,
-                       self.bwd_flops, self.param_elems, self.param_bytes,
-                       self.activation_bytes, self.hidden_bytes, list(self.tp_fwd),
-                       list(self.tp_bwd))
+        out = Segment()
+        out.add(self)
+        return out
+
+    def add(self, other: Segment) -> None:
+        """Sum ``other`` into this segment (hidden state: the larger of the two)."""
+        for name in SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.hidden_bytes = max(self.hidden_bytes, other.hidden_bytes)
+        self.tp_fwd.extend(other.tp_fwd)
+        self.tp_bwd.extend(other.tp_bwd)
+
+
+SUMMED = ("fwd_ms", "bwd_ms", "update_ms", "update_bytes", "fwd_flops", "bwd_flops",
+          "param_elems", "param_bytes", "activation_bytes")
 
 
 def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
@@ -50,10 +62,26 @@ def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
     return out
 
 
+def _aliases(results: Sequence[NodeResult], keys: Mapping[str, str]) -> set[str]:
+    """Parameters that are a second name of a weight already seen (a tied embedding): one
+    weight, one optimizer state."""
+    _, params = trainable(results)
+    seen, out = set(), set()
+    for name in params:
+        key = keys.get(name, name)
+        if key in seen:
+            out.add(name)
+        seen.add(key)
+    return out
+
+
 def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
-                 index: Mapping[str, int], owner: Mapping[str, int]) -> None:
+                 index: Mapping[str, int], owner: Mapping[str, int], aliases: set[str]
+                 ) -> None:
     for kf in kernels:
         k = kf.kernel
+        if k.phase == "update" and k.name.rsplit(".", 1)[0] in aliases:
+            continue
         seg = segs[segment_of(k, s, index, owner)]
         if k.phase == "forward":
             seg.fwd_ms += kf.latency_ms
@@ -63,6 +91,7 @@ def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
             seg.bwd_flops += k.flops
         else:
             seg.update_ms += kf.latency_ms
+            seg.update_bytes += k.bytes
 
 
 def _add_params(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
@@ -155,8 +184,9 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
         for t in res.node.inputs:
             if t is not None:
                 owner.setdefault(t.name, i)
-    _add_kernels(segs, kernels, s, index, owner)
-    _add_params(segs, results, s, r, tp, shared_weights(proto))
+    keys = shared_weights(proto)
+    _add_kernels(segs, kernels, s, index, owner, _aliases(results, keys))
+    _add_params(segs, results, s, r, tp, keys)
     _add_activations(segs, results, s, r, tp)
     if tp > 1:
         _add_tp_collectives(segs, results, s, sequence_parallel)

@@ -25,12 +25,7 @@ OPTIMIZER_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8,
 def _stage(units: Sequence[Segment]) -> Segment:
     out = Segment()
     for u in units:
-        for name in ("fwd_ms", "bwd_ms", "update_ms", "fwd_flops", "bwd_flops",
-                     "param_elems", "param_bytes", "activation_bytes"):
-            setattr(out, name, getattr(out, name) + getattr(u, name))
-        out.hidden_bytes = max(out.hidden_bytes, u.hidden_bytes)
-        out.tp_fwd.extend(u.tp_fwd)
-        out.tp_bwd.extend(u.tp_bwd)
+        out.add(u)
     return out
 
 
