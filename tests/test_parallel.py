@@ -324,3 +324,14 @@ def test_cluster_for_device_picks_the_labels_nodes():
     assert cluster_for_device(load_device("NVIDIA H100 80GB HBM3")).name == "dgx-h100"
     with pytest.raises(ConfigError, match="no cluster preset"):
         cluster_for_device(load_device("t4"))
+
+
+def test_collectives_are_kernels_of_family_collective():
+    from tilecast.analyzer.types import FAMILIES
+
+    f = analyze_parallel(_model(), Layout(dp=2, tp=2), cluster=_cluster(),
+                         predictor="roofline")
+    kernels = f.kernels(0)
+    assert kernels and {k.kernel.family for k in kernels} == {"collective"} <= set(FAMILIES)
+    assert {k.kernel.op_type for k in kernels} == {"AllReduce"}
+    assert all(k.kernel.bytes > 0 and k.latency_ms > 0 for k in kernels)
