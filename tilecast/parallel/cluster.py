@@ -181,8 +181,8 @@ def load_cluster(name_or_path: str | Path | Cluster) -> Cluster:
 
 
 def cluster_for_device(device: Device) -> Cluster:
-    """The first preset built from ``device`` (the labels' 4-GPU runs), else a one-node PCIe
-    server of that GPU."""
+    """The first preset (by name) whose nodes hold ``device``, e.g. the nodes the shared
+    labels' 4-GPU runs ran on."""
     for c in list_clusters():
         if c.device.name == device.name:
             return c

@@ -76,17 +76,25 @@ def render_parallel(f: ParallelForecast, fmt: str) -> str:
 
 
 def render_ranking(found: Sequence[ParallelForecast], fmt: str) -> str:
-    header = ("rank", "layout", "step_ms", "tflops_per_gpu", "memory_gib", "fits")
-    rows = [[str(i), f.layout.label(), f"{f.step_ms:.3f}", f"{f.tflops_per_gpu:.1f}",
-             f"{max(r.memory.total for r in f.ranks) / GIB:.2f}", "yes" if f.fits else "NO"]
-            for i, f in enumerate(found, 1)]
+    """The layouts that fit in memory, fastest first; the others are named after the table
+    (all of them, with their ``fits`` flag, in JSON)."""
     if fmt == "json":
         import json
 
         return json.dumps([f.to_dict() for f in found], indent=2) + "\n"
+    header = ("rank", "layout", "step_ms", "tflops_per_gpu", "memory_gib")
+    fit = [f for f in found if f.fits]
+    rows = [[str(i), f.layout.label(), f"{f.step_ms:.3f}", f"{f.tflops_per_gpu:.1f}",
+             f"{max(r.memory.total for r in f.ranks) / GIB:.2f}"]
+            for i, f in enumerate(fit, 1)]
     if fmt == "csv":
         buf = io.StringIO()
-        w = csv.writer(buf, lineterminator="\n")
-        w.writerows([header, *rows])
+        csv.writer(buf, lineterminator="\n").writerows([header, *rows])
         return buf.getvalue()
-    return _table(header, rows, fmt == "markdown")
+    out = _table(header, rows, fmt == "markdown") if rows else "no layout fits in memory\n"
+    over = [f"{f.layout.label()} ({max(r.memory.total for r in f.ranks) / GIB:.1f} GiB)"
+            for f in found if not f.fits]
+    if over:
+        cap = found[0].ranks[0].memory.capacity / GIB
+        out += f"\ndo not fit in {cap:.0f} GiB per GPU: " + ", ".join(over) + "\n"
+    return out
