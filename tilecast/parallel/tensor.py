@@ -109,27 +109,25 @@ def _linear(k: Kernel, fwd: MatmulDims, column: bool, tp: int) -> OpCost:
     return _split_matmul(c, new, tp)
 
 
+def _rank_cost(k: Kernel, i: int | None, results: Sequence[NodeResult], r: Roles,
+               tp: int) -> OpCost:
+    if i is None:  # a gradient sum or an optimizer update of a tensor: split if it is
+        return _divided(k.cost, tp) if k.name.rsplit(".", 1)[0] in r.split_tensors else k.cost
+    if i in r.column or i in r.row:
+        fwd = results[i].cost.matmul
+        if fwd is not None and (k.family == "matmul" or k.cost.matmul is None):
+            return _linear(k, fwd, i in r.column, tp)
+        return k.cost
+    return _divided(k.cost, tp) if i in r.split else k.cost
+
+
 def shard_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], r: Roles,
                   index: Mapping[str, int], tp: int) -> list[Kernel]:
     """The kernels one tensor-parallel rank runs."""
     if tp == 1:
         return list(kernels)
-    out = []
-    for k in kernels:
-        i = index.get(k.nodes[0]) if k.nodes else None
-        if i is not None and (i in r.column or i in r.row) and k.family == "matmul" or (
-                i is not None and i in r.column and k.cost.matmul is None
-                and k.phase == "backward" and k.family == "reduction"):
-            fwd = results[i].cost.matmul
-            cost = _linear(k, fwd, i in r.column, tp) if fwd is not None else k.cost
-        elif i is not None and i in r.split:
-            cost = _divided(k.cost, tp)
-        elif not k.nodes and k.name.rsplit(".", 1)[0] in r.split_tensors:
-            cost = _divided(k.cost, tp)  # gradient sums / updates of a split tensor
-        else:
-            cost = k.cost
-        out.append(replace(k, cost=cost))
-    return out
+    return [replace(k, cost=_rank_cost(k, index.get(k.nodes[0]) if k.nodes else None,
+                                       results, r, tp)) for k in kernels]
 
 
 def segment_of(k: Kernel, s: Structure, index: Mapping[str, int],
