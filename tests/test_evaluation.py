@@ -86,3 +86,37 @@ def test_summary_rows_average_only_what_they_cover():
             Run("NVIDIA_L4", "m", "inference", 2, 8, "plain", 10.0, 13.0, 30.0, None)]
     (s,) = _summaries(runs)
     assert (s.n, s.mape_pct, s.paper_mape_pct, s.n_paper) == (2, 20.0, 20.0, 1)
+
+
+def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
+    """The runner's plumbing for a -tp2 label: layout from the name and TP.yaml, the export
+    at the per-rank batch with two layers, repeated to the config's depth."""
+    import onnx.parser
+    from test_parallel import _text  # the tiny transformer of the parallel tests
+
+    from tilecast.device_db import load_device
+    from tilecast.evaluation import runner
+    from tilecast.evaluation.labels import Label
+    from tilecast.parallel import Layout, analyze_parallel
+
+    models = tmp_path / "models"
+    (models / "parallel").mkdir(parents=True)
+    (models / "tiny.json").write_text('{"model_type": "gpt2", "n_layer": 3}')
+    (models / "parallel" / "TP.yaml").write_text("  megatron_lm_gradient_clipping: 1.0\n")
+    graph = tmp_path / "tiny.onnx"
+    onnx.save(onnx.parser.parse_model(_text(2)), graph)
+    asked = {}
+
+    def fake_export(label, cache, progress=None, *, batch=None, layers=None):
+        asked.update(batch=batch, layers=layers)
+        return graph
+
+    monkeypatch.setattr(runner, "cached_export", fake_export)
+    device = load_device("a100-sxm4-40gb")
+    label = Label(tmp_path / "x.json", "NVIDIA_A100-SXM4-40GB", device, "tiny",
+                  models / "tiny.json", "training", 8, 2, "tp2", 1.0)
+    got = runner._forecast_ms(label, models, "roofline", tmp_path, None)
+    want = analyze_parallel(graph, Layout(tp=2), cluster="dgx-a100-320gb",
+                            predictor="roofline", optimizer="adam", layers=3, fusion=True)
+    assert asked == {"batch": 2, "layers": 2}
+    assert got == pytest.approx(want.step_ms)
