@@ -335,3 +335,15 @@ def test_collectives_are_kernels_of_family_collective():
     assert kernels and {k.kernel.family for k in kernels} == {"collective"} <= set(FAMILIES)
     assert {k.kernel.op_type for k in kernels} == {"AllReduce"}
     assert all(k.kernel.bytes > 0 and k.latency_ms > 0 for k in kernels)
+
+
+@pytest.mark.parametrize("stages, micro, virtual", [(4, 8, 2), (8, 96, 3), (4, 4, 1)])
+def test_interleaved_1f1b_shrinks_the_bubble_by_the_chunks(stages, micro, virtual):
+    # Narayanan et al. SC'21 2.2.2: bubble time (P-1) x t / v against M x t of work
+    t = 2.0
+    p = one_f_one_b([t] * stages, micro, virtual)
+    assert p.total_ms == pytest.approx(micro * t + (stages - 1) * t / virtual)
+    idle = (p.total_ms - p.busy_ms[0]) / p.total_ms
+    assert idle == pytest.approx(bubble_fraction(stages, micro, virtual))
+    with pytest.raises(TilecastError, match="divisible by pp"):
+        Layout(pp=4, microbatches=6, virtual_stages=2)

@@ -99,7 +99,8 @@ def parallel_options(fn: Callable) -> Callable:
         click.option("--parallel", help="dp=D,tp=T,pp=P (training on a cluster), or auto "
                      "to rank every layout of --gpus GPUs."),
         click.option("--microbatches", type=click.IntRange(min=1), default=1,
-                     show_default=True, help="Microbatches per step (the graph's batch is one)."),
+                     show_default=True, help="Microbatches per step and data-parallel rank "
+                     "(the graph's batch is one); auto derives it from --global-batch."),
         click.option("--cluster", help="Cluster preset (dgx-a100, dgx-h100, hgx-b200, "
                      "l4-pcie-8, mi250-oam, ...) or a cluster JSON path."),
         click.option("--gpus", type=click.IntRange(min=1), help="GPU count for --parallel auto."),
@@ -112,6 +113,8 @@ def parallel_options(fn: Callable) -> Callable:
         click.option("--sequence-parallel/--no-sequence-parallel", default=False),
         click.option("--recompute/--no-recompute", default=False,
                      help="Full activation recomputation."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
     )):
         fn = opt(fn)
     return fn

@@ -15,8 +15,8 @@ from .search import search
 def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mode: str,
                  predictor: str, optimizer: str, fmt: str, parallel: str, microbatches: int,
                  cluster: str | None, gpus: int | None, global_batch: int | None,
-                 layers: int | None, zero: int, sequence_parallel: bool, recompute: bool
-                 ) -> str:
+                 layers: int | None, zero: int, sequence_parallel: bool, recompute: bool,
+                 virtual_stages: int = 1) -> str:
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")
     if cluster is None:
@@ -39,5 +39,6 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
         probe = run(Layout())
         batch = global_batch or gpus * probe.microbatch
         return render_ranking(search(run, gpus, batch, probe.microbatch, **options), fmt)
-    layout = parse_layout(parallel, microbatches=microbatches, **options)
+    layout = parse_layout(parallel, microbatches=microbatches, virtual_stages=virtual_stages,
+                          **options)
     return render_parallel(run(layout), fmt)

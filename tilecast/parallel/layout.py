@@ -22,14 +22,18 @@ class Layout:
     sequence_parallel: bool = False
     recompute: bool = False  # full activation recomputation
     bucket_mb: float = DDP_BUCKET_MB
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per GPU (Megatron-LM)
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "microbatches"):
+        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TilecastError(f"layout: {name} must be a positive integer, got {value!r}")
         if self.zero not in ZERO_STAGES:
             raise TilecastError(f"layout: zero must be one of 0, 1, 2, 3, got {self.zero!r}")
+        if self.virtual_stages > 1 and (self.pp == 1 or self.microbatches % self.pp):
+            raise TilecastError("layout: an interleaved pipeline (virtual_stages > 1) needs "
+                                "pp > 1 and microbatches divisible by pp (as Megatron-LM does)")
         if self.bucket_mb <= 0:
             raise TilecastError(f"layout: bucket_mb must be positive, got {self.bucket_mb}")
 
@@ -40,7 +44,8 @@ class Layout:
     def label(self) -> str:
         extra = "".join((f",zero={self.zero}" if self.zero else "",
                          ",sp" if self.sequence_parallel else "",
-                         ",recompute" if self.recompute else ""))
+                         ",recompute" if self.recompute else "",
+                         f",vp={self.virtual_stages}" if self.virtual_stages > 1 else ""))
         return f"dp={self.dp},tp={self.tp},pp={self.pp},mb={self.microbatches}{extra}"
 
 

@@ -40,16 +40,21 @@ class PipelineTime:
     busy_ms: tuple[float, ...]  # per stage: microbatches x its own work
 
 
-def one_f_one_b(stage_ms: Sequence[float], microbatches: int) -> PipelineTime:
-    """Non-interleaved 1F1B (Narayanan et al., SC'21, section 2.2): the first microbatch
-    crosses every stage, then the slowest stage sets the pace for the other M-1. With equal
-    stages this is (M + P - 1) x t, i.e. a bubble fraction of (P - 1) / (M + P - 1)."""
-    total = sum(stage_ms) + (microbatches - 1) * max(stage_ms)
+def one_f_one_b(stage_ms: Sequence[float], microbatches: int, virtual: int = 1
+                ) -> PipelineTime:
+    """1F1B (Narayanan et al., SC'21, section 2.2): the first microbatch crosses every stage,
+    then the slowest stage sets the pace for the other M-1. With equal stages this is
+    (M + P - 1) x t, a bubble fraction of (P - 1) / (M + P - 1). Interleaved over ``virtual``
+    model chunks per GPU (section 2.2.2) the fill and drain cross chunks of 1/v of a stage:
+    M x t + (P - 1) x t / v."""
+    top = max(stage_ms)
+    total = microbatches * top + (sum(stage_ms) - top) / virtual
     return PipelineTime(total, tuple(microbatches * t for t in stage_ms))
 
 
-def bubble_fraction(stages: int, microbatches: int) -> float:
-    return (stages - 1) / (microbatches + stages - 1)
+def bubble_fraction(stages: int, microbatches: int, virtual: int = 1) -> float:
+    fill = (stages - 1) / virtual
+    return fill / (microbatches + fill)
 
 
 def overlapped_allreduce(grads: Sequence[tuple[float, float]], bucket_bytes: float,

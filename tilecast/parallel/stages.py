@@ -102,7 +102,9 @@ def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
     else:
         bwd = seg.bwd_ms + tp_b / M
     fwd = seg.fwd_ms + tp_f / M
-    sends = (i < layout.pp - 1) + (i > 0) if layout.pp > 1 else 0
+    # each of the v chunks on a GPU sends forward and back (the first and last chunk once)
+    v = layout.virtual_stages
+    sends = 2 * v - (i == 0) - (i == layout.pp - 1) if layout.pp > 1 else 0
     p2p = collective_cost("send-recv", seg.hidden_bytes,
                           group_span(2, layout.tp * layout.dp, cl.gpus_per_node), cl)
     if sends:
@@ -119,7 +121,8 @@ def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_
     mixed = DTYPE_SIZE.get(dtype, 4) < 4
     collectives: list[CollectiveForecast] = []
     times = [_stage_time(seg, i, layout, cl) for i, seg in enumerate(stages)]
-    pipe = one_f_one_b([f + b for f, b, _, _ in times], layout.microbatches)
+    pipe = one_f_one_b([f + b for f, b, _, _ in times], layout.microbatches,
+                       layout.virtual_stages)
     ranks = []
     for i, (seg, (a, b)) in enumerate(zip(stages, cuts, strict=True)):
         _fwd, bwd, comm, colls = times[i]
