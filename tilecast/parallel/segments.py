@@ -163,7 +163,8 @@ def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structu
     for b in s.blocks:
         seg = segs[s.segment(b.row)]
         out = results[b.row].node.outputs[0].nbytes
-        inp = results[b.column[0]].node.inputs[0].nbytes
+        inp = next((t.nbytes for t in results[b.column[0]].node.inputs
+                    if t is not None and not t.is_initializer and t.shape is not None), 0)
         seg.hidden_bytes = max(seg.hidden_bytes, out)
         seg.tp_fwd.extend((op, out) for op, _ in pair)
         seg.tp_bwd.extend((op, inp) for op, _ in pair)

@@ -63,9 +63,12 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
         return 0.0, []
     span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
+    # The backward visits the layers last to first; its tensor-parallel all-reduces and
+    # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
+    scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
     grads, t = [], 0.0
-    for u in reversed(layers):  # the backward visits the layers last to first
-        t += u.bwd_ms
+    for u in reversed(layers):
+        t += u.bwd_ms * scale
         grads.append((t, u.param_bytes))
     end, buckets, _ = overlapped_allreduce(
         grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
