@@ -213,13 +213,17 @@ def _mlp(w: _Walker, row: int, used: set[int]) -> Block | None:
 
 
 def _layer_starts(blocks: Sequence[Block]) -> tuple[int, ...]:
+    """An attention block after an MLP opens a layer. An MLP after an MLP opens one only in a
+    model without attention (a plain MLP stack); in a transformer it is a head (BERT's pooler
+    and classifier) and stays in the last layer."""
+    attention = any(b.kind == "attention" for b in blocks)
     starts, has_mlp = [], True
     for b in blocks:
         if b.kind == "attention" and has_mlp:
             starts.append(b.start)
             has_mlp = False
         elif b.kind == "mlp":
-            if has_mlp or not starts:  # an MLP with no attention before it opens a layer
+            if not starts or (has_mlp and not attention):
                 starts.append(b.start)
             has_mlp = True
     return tuple(starts)
@@ -232,7 +236,8 @@ def _vocab(w: _Walker, blocks: Sequence[Block], used: set[int]
         data = r.node.input(0)
         if w.family(i) == "gather" and data is not None and data.is_initializer and data.shape:
             tables[data.shape[0]].append(i)
-    last = max((b.row for b in blocks), default=-1)
+    # the LM head follows the last attention block (a pooler/classifier may come after it)
+    last = max((b.row for b in blocks if b.kind == "attention"), default=-1)
     for i in range(len(w.results) - 1, last, -1):
         weight = w.weight(i) if w.family(i) == "matmul" else None
         if weight is None or i in used:
