@@ -347,3 +347,19 @@ def test_interleaved_1f1b_shrinks_the_bubble_by_the_chunks(stages, micro, virtua
     assert idle == pytest.approx(bubble_fraction(stages, micro, virtual))
     with pytest.raises(TilecastError, match="divisible by pp"):
         Layout(pp=4, microbatches=6, virtual_stages=2)
+
+
+def test_a_head_after_the_layers_is_not_a_layer():
+    # BERT-like pooler + classifier (dense -> tanh -> dense) after two layers: an MLP-shaped
+    # block that stays in the last layer instead of opening a third
+    from tilecast.parallel.api import _graph
+    from tilecast.parallel.structure import recognize
+
+    text = _text(2).replace("=> (float[2, 8, 16] y)", "=> (float[2, 8, 16] y, float[2, 8, 4] z)")
+    text = text.replace("float sc = {0.5}>", "float sc = {0.5}, float[16, 16] wp = {0.0}, "
+                                             "float[16, 4] wc = {0.0}>")
+    text = text.rsplit("}", 1)[0] + "  pl = MatMul(y, wp)\n  pt = Tanh(pl)\n  z = MatMul(pt, wc)\n}"
+    _, _, results = _graph(onnx.parser.parse_model(text), None)
+    s = recognize(results)
+    assert [b.kind for b in s.blocks] == ["attention", "mlp", "attention", "mlp", "mlp"]
+    assert s.layers == 2
