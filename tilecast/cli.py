@@ -107,6 +107,32 @@ def model_options(fn: Callable) -> Callable:
     return fn
 
 
+def parallel_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--parallel", help="dp=D,tp=T,pp=P (training on a cluster), or auto "
+                     "to rank every layout of --gpus GPUs."),
+        click.option("--microbatches", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Microbatches per step and data-parallel rank "
+                     "(the graph's batch is one); auto derives it from --global-batch."),
+        click.option("--cluster", help="Cluster preset (dgx-a100, dgx-h100, hgx-b200, "
+                     "l4-pcie-8, mi250-oam, ...) or a cluster JSON path."),
+        click.option("--gpus", type=click.IntRange(min=1), help="GPU count for --parallel auto."),
+        click.option("--global-batch", type=click.IntRange(min=1),
+                     help="--parallel auto: samples per step (default: gpus x graph batch)."),
+        click.option("--layers", type=click.IntRange(min=1), help="Repeat the graph's first "
+                     "transformer layer up to this many layers."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage (3 = FSDP full shard)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False),
+        click.option("--recompute/--no-recompute", default=False,
+                     help="Full activation recomputation."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
 @click.group(cls=TilecastGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tilecast")
 def main() -> None:
@@ -121,23 +147,38 @@ def main() -> None:
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-d", "--device", required=True, help="GPU name/alias, or a device JSON path.")
+@click.option("-d", "--device", help="GPU name/alias, or a device JSON path (with --parallel: "
+              "overrides the cluster's GPU).")
 @model_options
 @click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
               show_default=True, help="Training mode: add the optimizer step.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many of the slowest kernels to list.")
+@parallel_options
 @output_options(("table", "json", "csv", "markdown"))
-def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
-            predictor: str, optimizer: str, top: int, fmt: str, output: str | None) -> None:
-    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
+def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
+            predictor: str, optimizer: str, top: int, fmt: str, output: str | None,
+            **parallel: Any) -> None:
+    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU,
+    or one training step on a cluster with --parallel.
 
     \b
     Example:
       tilecast analyze model.onnx --device l4 --dim batch=8 --top 5
       tilecast analyze model.onnx --device a100-80gb --mode training --optimizer adam
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
+      tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
+      tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
     """
+    if parallel["parallel"]:
+        from .parallel.cli import run_parallel
+
+        write_output(run_parallel(model, device=device, dims=dims, mode=mode,
+                                  predictor=predictor, optimizer=optimizer, fmt=fmt,
+                                  **parallel), output)
+        return
+    if not device:
+        raise click.UsageError("Missing option '-d' / '--device' (or use --parallel).")
     from .analyzer.pipeline import analyze as run
     from .report import render
 
