@@ -271,7 +271,7 @@ def test_legacy_amd_json_converts(tmp_path: Path) -> None:
         "L2Cache": 8,
     })
     device = load_device(path)
-    assert (device.vendor, device.arch) == ("amd", "unknown")
+    assert (device.vendor, device.arch) == ("amd", "generic")
     assert device.peak_tflops_fp32 == pytest.approx(22.6)
     assert device.peak_tflops_fp32_matrix == pytest.approx(45.3)
     assert device.peak_tflops("float32", "matrix") == pytest.approx(45.3)

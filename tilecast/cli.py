@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,11 @@ from .analyzer.mathmode import MATH_MODES
 from .analyzer.runtime import RUNTIMES
 from .errors import TilecastError
 
+# Exit statuses (docs/reliability.md): 0 ok, 1 a regression (compare, gate), 2 bad input or
+# an environment problem, 3 an internal error (a tilecast bug: never a pass, never "regressed").
 BAD_INPUT_EXIT = 2
+INTERNAL_ERROR_EXIT = 3
+_CLICK_FLOW = (click.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 
 
 class TilecastGroup(click.Group):
@@ -34,11 +39,19 @@ class TilecastGroup(click.Group):
             _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")
+        except _CLICK_FLOW:
+            raise
+        except Exception as exc:  # a bug: fail closed with its own status, not as exit 1
+            if os.environ.get("TILECAST_DEBUG"):
+                traceback.print_exc()
+            _fail(f"internal error ({type(exc).__name__}: {exc}); this is a tilecast bug, "
+                  "please report it (TILECAST_DEBUG=1 prints the traceback)",
+                  INTERNAL_ERROR_EXIT)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, status: int = BAD_INPUT_EXIT) -> None:
     exc = click.ClickException(message.splitlines()[0] if message else "failed")
-    exc.exit_code = BAD_INPUT_EXIT
+    exc.exit_code = status
     raise exc
 
 
@@ -103,6 +116,32 @@ def model_options(fn: Callable) -> Callable:
     return fn
 
 
+def parallel_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--parallel", help="dp=D,tp=T,pp=P (training on a cluster), or auto "
+                     "to rank every layout of --gpus GPUs."),
+        click.option("--microbatches", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Microbatches per step and data-parallel rank "
+                     "(the graph's batch is one); auto derives it from --global-batch."),
+        click.option("--cluster", help="Cluster preset (dgx-a100, dgx-h100, hgx-b200, "
+                     "l4-pcie-8, mi250-oam, ...) or a cluster JSON path."),
+        click.option("--gpus", type=click.IntRange(min=1), help="GPU count for --parallel auto."),
+        click.option("--global-batch", type=click.IntRange(min=1),
+                     help="--parallel auto: samples per step (default: gpus x graph batch)."),
+        click.option("--layers", type=click.IntRange(min=1), help="Repeat the graph's first "
+                     "transformer layer up to this many layers."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage (3 = FSDP full shard)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False),
+        click.option("--recompute/--no-recompute", default=False,
+                     help="Full activation recomputation."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
 @click.group(cls=TilecastGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="tilecast")
 def main() -> None:
@@ -117,17 +156,20 @@ def main() -> None:
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-d", "--device", required=True, help="GPU name/alias, or a device JSON path.")
+@click.option("-d", "--device", help="GPU name/alias, or a device JSON path (with --parallel: "
+              "overrides the cluster's GPU).")
 @model_options
 @click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
               show_default=True, help="Training mode: add the optimizer step.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many of the slowest kernels to list.")
+@parallel_options
 @output_options(("table", "json", "csv", "markdown"))
-def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
+def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
             predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
-            fmt: str, output: str | None) -> None:
-    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
+            fmt: str, output: str | None, **parallel: Any) -> None:
+    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU,
+    or one training step on a cluster with --parallel.
 
     \b
     Example:
@@ -136,7 +178,20 @@ def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bo
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
       tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
       tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
+      tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
+      tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
     """
+    if parallel["parallel"]:
+        if math or runtime:
+            raise click.UsageError("--math and --runtime are not supported with --parallel yet")
+        from .parallel.cli import run_parallel
+
+        write_output(run_parallel(model, device=device, dims=dims, mode=mode,
+                                  predictor=predictor, optimizer=optimizer, fmt=fmt,
+                                  **parallel), output)
+        return
+    if not device:
+        raise click.UsageError("Missing option '-d' / '--device' (or use --parallel).")
     from .analyzer.pipeline import analyze as run
     from .report import render
 

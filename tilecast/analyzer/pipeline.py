@@ -12,13 +12,15 @@ import onnx
 from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .analysis import NodeResult, cost_graph
-from .forecast import Forecast, KernelForecast
+from .fold import fold_load_time
+from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
 from .runtime import apply_runtime, check_runtime, fold_batchnorm
+from .steps import expand_steps
 from .types import Kernel
 
 MODES = ("inference", "training")
@@ -94,12 +96,13 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         proto = onnx.ModelProto()
         proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
     graph = build_graph(proto, dims)
-    graph_results = fold_linear_bias(cost_graph(graph))
+    graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     results = graph_results
     if runtime == "graph" and mode == "inference":
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
+    kernels = expand_steps(results, kernels)
     if mode == "training":
         from .training import training_kernels
 
@@ -113,6 +116,12 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
-        fusion=fusion, dims=dict(dims or {}), node_count=len(graph_results), math=math,
-        runtime=runtime,
+        fusion=fusion, dims=dict(dims or {}), node_count=len(graph_results),
+        zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )
+
+
+def zero_cost_reasons(results: Sequence[NodeResult]) -> tuple[ZeroCostOp, ...]:
+    """(op, reason, count) of the zero-cost nodes, sorted by op then reason."""
+    acc = Counter((r.op_key, r.reason) for r in results if r.outcome == "zero")
+    return tuple(ZeroCostOp(op, reason, n) for (op, reason), n in sorted(acc.items()))

@@ -30,6 +30,7 @@ DTYPE_SIZE["tf32"] = 4
 FAMILIES = (
     "matmul", "conv", "attention", "elementwise", "normalization", "softmax", "reduction",
     "pooling", "gather", "movement", "unsupported",
+    "collective",  # NCCL collectives of distributed training (tilecast.parallel)
 )
 
 

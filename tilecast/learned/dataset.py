@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -136,10 +137,11 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
     """One CSV file -> samples (rows of ops tilecast does not model are skipped)."""
     cols: dict[str, list] = {f.name: [] for f in fields(KernelSamples)}
     with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
+        for line, r in enumerate(csv.DictReader(fh), start=2):  # line 1: the header
             op = (r.get("OPName") or "").strip()
             if op not in FAMILY_OF_OP:
                 continue
+            _check_row(path, line, r)
             dims = _costs(op, r)
             # The NeuSight release is all fp32; `tilecast collect` writes a short "dtype" column.
             raw = (r.get("Dtype") or r.get("dtype") or "float32").strip()
@@ -163,6 +165,33 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
     if not cols["op"]:
         return None
     return _to_arrays(cols)
+
+
+_DIM_COLUMNS = ("B", "M", "N", "K", "H", "Grid x", "Grid y", "Grid z", "Block x", "Block y",
+                "Block z")
+
+
+def _check_row(path: Path, line: int, r: dict[str, str | None]) -> None:
+    """A row tilecast models must have a positive finite latency, a device and non-negative
+    finite dims: a bad value fails naming the file and line, it is never averaged in."""
+    def bad(column: str, expected: str) -> ConfigError:
+        return ConfigError(f"{path}:{line}: column '{column}' must be {expected}, got "
+                           f"{r.get(column)!r}")
+
+    if not (r.get("Device") or "").strip():
+        raise bad("Device", "a GPU name")
+    for column in ("Latency", *_DIM_COLUMNS):
+        text = r.get(column)
+        if column != "Latency" and text in (None, ""):
+            continue
+        try:
+            value = float(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            value = math.nan
+        ok = value > 0 if column == "Latency" else value >= 0
+        if not (math.isfinite(value) and ok):
+            raise bad(column, "a positive number of ms" if column == "Latency"
+                      else "a non-negative number")
 
 
 _STR_FIELDS = ("op", "family", "device", "split", "dtype", "kernel_name")
