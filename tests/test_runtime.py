@@ -202,3 +202,19 @@ def test_gate_baseline_records_math_and_runtime_and_checks_them(conv_path, tmp_p
     res = runner.invoke(main, ["gate"])
     assert res.exit_code == 2 and res.output.count("Error:") == 1
     assert "math" in res.output
+
+
+def test_gate_config_names_a_bad_math_mode(tmp_path):
+    from tilecast.gate.config import load_config
+
+    cfg = tmp_path / "tilecast.toml"
+    cfg.write_text('devices = ["t4"]\nmath = "fp8"\n[[models]]\npath = "m.onnx"\n')
+    with pytest.raises(tilecast.ConfigError, match=r"models\[0\]\.math|math: must be one of"):
+        load_config(cfg)
+
+
+def test_parallel_forecasts_refuse_math_and_runtime(conv_path):
+    res = CliRunner().invoke(main, ["analyze", str(conv_path), "--mode", "training",
+                                    "--parallel", "dp=2,tp=1,pp=1", "--cluster", "dgx-a100",
+                                    "--math", "tf32"])
+    assert res.exit_code == 2 and "--parallel" in res.output
