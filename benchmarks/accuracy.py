@@ -42,6 +42,29 @@ def _overall(res) -> list[str]:
 KEEP = "## Per-family diagnosis"
 
 
+def _distributed(res) -> list[str]:
+    """The 4-GPU Megatron-LM runs (tilecast.parallel) beside NeuSight's distributed errors."""
+    runs = [r for r in res.runs if r.variant not in ("plain", "fusion")]
+    if not runs:
+        return []
+    lines = ["## Multi-GPU training (4 GPUs: data, tensor, pipeline parallel)", "",
+             "Forecast by `tilecast.parallel` (see docs/parallel.md): Megatron-LM settings from",
+             "`models/parallel/*.yaml`, clusters `dgx-a100-320gb` / `dgx-h100`, two exported",
+             "layers repeated to the model's depth. Paper: `published/distributed.csv`.", "",
+             "| gpu | model | global batch | layout | measured ms | tilecast ms | error % | "
+             "paper error % |", "|---|---|---:|---|---:|---:|---:|---:|"]
+    for r in runs:
+        paper = "-" if r.paper_error_pct is None else f"{r.paper_error_pct:.1f}"
+        lines.append(f"| {r.gpu} | {r.model} | {r.batch} | {r.variant} | {r.measured_ms:.1f} | "
+                     f"{r.predicted_ms:.1f} | {r.error_pct:.1f} | {paper} |")
+    both = [r for r in runs if r.paper_error_pct is not None]
+    ours = sum(r.error_pct for r in runs) / len(runs)
+    theirs = sum(r.paper_error_pct for r in both) / len(both) if both else float("nan")
+    lines += ["", f"MAPE over {len(runs)} runs: tilecast {ours:.1f} %, paper {theirs:.1f} % "
+              f"({len(both)} cells).", ""]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -68,7 +91,7 @@ def main() -> None:
         "Error = |predicted - measured| / measured. The paper's column is NeuSight's published",
         "error for the same cell (`published/` of the shared dataset); '-' where it reports none.",
         "H100 and MI250 single-GPU labels are withheld (blind test) and so absent here.", "",
-        "## NVIDIA, all cells", "", *_overall(res), "",
+        "## NVIDIA, all cells", "", *_overall(res), "", *_distributed(res),
         "## Per run and per GPU", "", render_table(res, markdown=True)])
     # The hand-written per-family findings (tilecast evaluate --by-family) are kept as they are.
     old = args.output.read_text() if args.output.is_file() else ""

@@ -26,6 +26,7 @@ def tree(tmp_path: Path) -> tuple[Path, Path]:
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4.json", {"e2e_latency": 1276.3})
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4-fusion.json", {"e2e_latency": 886.8})
     _label(labels, "NVIDIA_L4", "gpt2_large-train-1024-1-dp4.json", {"e2e_latency": 1.0})
+    _label(labels, "NVIDIA_L4", "gpt2_large-train-1024-1-ep8.json", {"e2e_latency": 1.0})
     _label(labels, "NVIDIA_L4", "gpt2_large-train-1024-2.json", {"e2e_latency": "fast"})
     _label(labels, "NVIDIA_L4", "switch4-inf-512-1.json", {"e2e_latency": 50.0})
     _label(labels, "NVIDIA_L4", "opt_13-inf-2048-2.json", {"fw_latency": 3.0})
@@ -37,10 +38,11 @@ def test_labels_parsed_and_every_other_file_skipped_with_a_reason(tree):
     labels, skipped = discover_labels(*tree)
     assert [(lb.gpu, lb.model, lb.mode, lb.seq, lb.batch, lb.variant) for lb in labels] == [
         ("NVIDIA_L4", "gpt2_large", "inference", 1024, 4, "fusion"),
-        ("NVIDIA_L4", "gpt2_large", "inference", 1024, 4, "plain")]
+        ("NVIDIA_L4", "gpt2_large", "inference", 1024, 4, "plain"),
+        ("NVIDIA_L4", "gpt2_large", "training", 1024, 1, "dp4")]
     assert labels[0].device.name == "NVIDIA L4" and labels[1].measured_ms == 1276.3
     reasons = {s.file.split("/")[-1]: s.reason for s in skipped}
-    assert "multi-GPU" in reasons["gpt2_large-train-1024-1-dp4.json"]
+    assert "variant 'ep8' is not dpN, tpN or ppN_M" in reasons["gpt2_large-train-1024-1-ep8.json"]
     assert "non-numeric" in reasons["gpt2_large-train-1024-2.json"]
     assert "no model config switch4.json" in reasons["switch4-inf-512-1.json"]
     assert "missing or non-numeric e2e_latency" in reasons["opt_13-inf-2048-2.json"]
@@ -48,7 +50,7 @@ def test_labels_parsed_and_every_other_file_skipped_with_a_reason(tree):
 
 
 def test_gpu_filter_accepts_directory_names_and_aliases(tree):
-    assert len(discover_labels(*tree, gpus=("l4",))[0]) == 2
+    assert len(discover_labels(*tree, gpus=("l4",))[0]) == 3
     assert discover_labels(*tree, gpus=("Tesla_T4",))[0] == []
 
 
@@ -59,6 +61,24 @@ def test_published_tables(dataset_dir):
     assert paper[("NVIDIA_L4", "bert_large", "inference", 8, "fusion")] == 14.5
     assert paper[("AMD_Instinct_MI210", "opt_13", "inference", 2, "plain")] == 10.3
     assert ("NVIDIA_L4", "gpt3_xl", "inference", 8, "plain") not in paper  # empty cell
+    # distributed.csv: the 4-GPU runs (A100x4 DP, H100x4 PP)
+    assert paper[("NVIDIA_A100-SXM4-40GB", "gpt2_large", "training", 4, "dp4")] == 12.9
+    assert paper[("NVIDIA_H100_80GB_HBM3", "gpt3_xl", "training", 4, "pp4_1")] == 4.6
+    assert sum(1 for k in paper if k[4] in ("dp4", "tp4", "pp4_1")) == 11
+
+
+def test_distributed_variants_read_the_megatron_settings(tmp_path):
+    from tilecast.evaluation.distributed import parse_variant
+
+    (tmp_path / "parallel").mkdir()
+    (tmp_path / "parallel" / "TP.yaml").write_text(
+        "megatron_lm_config:\n  megatron_lm_gradient_clipping: 1.0\n"
+        "  megatron_lm_recompute_activations: true\n  megatron_lm_tp_degree: 4\n")
+    d = parse_variant("tp4", tmp_path)
+    assert (d.dp, d.tp, d.pp, d.microbatches, d.recompute, d.clip_grad) == (
+        1, 4, 1, 1, True, True)
+    pp = parse_variant("pp4_2", tmp_path)  # no PP.yaml: defaults
+    assert (pp.pp, pp.microbatches, pp.per_rank_batch(16)) == (4, 2, 8)
 
 
 def test_summary_rows_average_only_what_they_cover():
@@ -66,3 +86,37 @@ def test_summary_rows_average_only_what_they_cover():
             Run("NVIDIA_L4", "m", "inference", 2, 8, "plain", 10.0, 13.0, 30.0, None)]
     (s,) = _summaries(runs)
     assert (s.n, s.mape_pct, s.paper_mape_pct, s.n_paper) == (2, 20.0, 20.0, 1)
+
+
+def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
+    """The runner's plumbing for a -tp2 label: layout from the name and TP.yaml, the export
+    at the per-rank batch with two layers, repeated to the config's depth."""
+    import onnx.parser
+    from test_parallel import _text  # the tiny transformer of the parallel tests
+
+    from tilecast.device_db import load_device
+    from tilecast.evaluation import runner
+    from tilecast.evaluation.labels import Label
+    from tilecast.parallel import Layout, analyze_parallel
+
+    models = tmp_path / "models"
+    (models / "parallel").mkdir(parents=True)
+    (models / "tiny.json").write_text('{"model_type": "gpt2", "n_layer": 3}')
+    (models / "parallel" / "TP.yaml").write_text("  megatron_lm_gradient_clipping: 1.0\n")
+    graph = tmp_path / "tiny.onnx"
+    onnx.save(onnx.parser.parse_model(_text(2)), graph)
+    asked = {}
+
+    def fake_export(label, cache, progress=None, *, batch=None, layers=None):
+        asked.update(batch=batch, layers=layers)
+        return graph
+
+    monkeypatch.setattr(runner, "cached_export", fake_export)
+    device = load_device("a100-sxm4-40gb")
+    label = Label(tmp_path / "x.json", "NVIDIA_A100-SXM4-40GB", device, "tiny",
+                  models / "tiny.json", "training", 8, 2, "tp2", 1.0)
+    got = runner._forecast_ms(label, models, "roofline", tmp_path, None)
+    want = analyze_parallel(graph, Layout(tp=2), cluster="dgx-a100-320gb",
+                            predictor="roofline", optimizer="adam", layers=3, fusion=True)
+    assert asked == {"batch": 2, "layers": 2}
+    assert got == pytest.approx(want.step_ms)

@@ -16,6 +16,8 @@ from typing import Any
 import click
 
 from . import __version__
+from .analyzer.mathmode import MATH_MODES
+from .analyzer.runtime import RUNTIMES
 from .errors import TilecastError
 
 # Exit statuses (docs/reliability.md): 0 ok, 1 a regression (compare, gate), 2 bad input or
@@ -102,6 +104,39 @@ def model_options(fn: Callable) -> Callable:
                      help="Forecast fused execution (torch.compile-style fusion groups)."),
         click.option("--predictor", default="default", show_default=True,
                      help="default (learned if shipped), learned, roofline, or a .onnx path."),
+        click.option("--math", type=click.Choice(MATH_MODES), default=None,
+                     help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
+                          "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
+                          "graph under torch.autocast, casts costed)."),
+        click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
+                     help="eager (per-kernel host dispatch; default) or graph (CUDA graphs / "
+                          "XLA / TensorRT-style: no dispatch floor, BN folded into Conv)."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
+def parallel_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--parallel", help="dp=D,tp=T,pp=P (training on a cluster), or auto "
+                     "to rank every layout of --gpus GPUs."),
+        click.option("--microbatches", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Microbatches per step and data-parallel rank "
+                     "(the graph's batch is one); auto derives it from --global-batch."),
+        click.option("--cluster", help="Cluster preset (dgx-a100, dgx-h100, hgx-b200, "
+                     "l4-pcie-8, mi250-oam, ...) or a cluster JSON path."),
+        click.option("--gpus", type=click.IntRange(min=1), help="GPU count for --parallel auto."),
+        click.option("--global-batch", type=click.IntRange(min=1),
+                     help="--parallel auto: samples per step (default: gpus x graph batch)."),
+        click.option("--layers", type=click.IntRange(min=1), help="Repeat the graph's first "
+                     "transformer layer up to this many layers."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage (3 = FSDP full shard)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False),
+        click.option("--recompute/--no-recompute", default=False,
+                     help="Full activation recomputation."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
     )):
         fn = opt(fn)
     return fn
@@ -121,28 +156,47 @@ def main() -> None:
 
 @main.command()
 @click.argument("model", type=click.Path(dir_okay=False))
-@click.option("-d", "--device", required=True, help="GPU name/alias, or a device JSON path.")
+@click.option("-d", "--device", help="GPU name/alias, or a device JSON path (with --parallel: "
+              "overrides the cluster's GPU).")
 @model_options
 @click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
               show_default=True, help="Training mode: add the optimizer step.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many of the slowest kernels to list.")
+@parallel_options
 @output_options(("table", "json", "csv", "markdown"))
-def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
-            predictor: str, optimizer: str, top: int, fmt: str, output: str | None) -> None:
-    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
+def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
+            predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
+            fmt: str, output: str | None, **parallel: Any) -> None:
+    """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU,
+    or one training step on a cluster with --parallel.
 
     \b
     Example:
       tilecast analyze model.onnx --device l4 --dim batch=8 --top 5
       tilecast analyze model.onnx --device a100-80gb --mode training --optimizer adam
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
+      tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
+      tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
+      tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
+      tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
     """
+    if parallel["parallel"]:
+        if math or runtime:
+            raise click.UsageError("--math and --runtime are not supported with --parallel yet")
+        from .parallel.cli import run_parallel
+
+        write_output(run_parallel(model, device=device, dims=dims, mode=mode,
+                                  predictor=predictor, optimizer=optimizer, fmt=fmt,
+                                  **parallel), output)
+        return
+    if not device:
+        raise click.UsageError("Missing option '-d' / '--device' (or use --parallel).")
     from .analyzer.pipeline import analyze as run
     from .report import render
 
     forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
-                   optimizer=optimizer)
+                   optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
     write_output(render(forecast, fmt, top), output)
 
 
@@ -325,14 +379,16 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
 @output_options(("table", "json", "markdown"))
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
-            dims: dict[str, int], mode: str, fusion: bool, predictor: str, optimizer: str,
-            threshold: str, top: int, fmt: str, output: str | None) -> None:
+            dims: dict[str, int], mode: str, fusion: bool, predictor: str, math: str | None,
+            runtime: str | None, optimizer: str, threshold: str, top: int, fmt: str,
+            output: str | None) -> None:
     """Compare the forecasts of BASE and NEW; exit 1 when a device slows down by more than
     --threshold, 2 for bad input.
 
     BASE and NEW are ONNX files or saved forecasts (`tilecast analyze --format json`, or a
     `tilecast gate` baseline). With a saved side, --predictor default follows its predictor
-    when it is roofline, and --dim defaults to its dims.
+    when it is roofline, and --dim, --math and --runtime default to its own; forecasts made
+    under different math modes or runtimes are not compared (exit 2).
 
     \b
     Example:
@@ -345,7 +401,8 @@ def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
 
     result = run_compare(base, new, devices or None, mode=mode, threshold=threshold,
                          fusion=fusion, dims=dims, optimizer=optimizer, top=top,
-                         predictor=None if predictor == "default" else predictor)
+                         predictor=None if predictor == "default" else predictor,
+                         math=math, runtime=runtime)
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     write_output(render([(None, result)], fmt), output)

@@ -9,13 +9,20 @@ from .analyzer.fold import FOLDED, HOST
 from .analyzer.forecast import Forecast, KernelForecast
 from .analyzer.qdq import FUSED_DQ
 from .analyzer.rewrites import FOLDED_BIAS
+from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_US
 
 # Short labels of the zero-cost reasons the table names; the rest are views and metadata ops.
 ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
-                    FOLDED_BIAS: "bias in GEMM epilogue"}
+                    FOLDED_BIAS: "bias in GEMM epilogue", FOLDED_BN: "BN folded into Conv"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
-              "bound", "tile", "extrapolated", "estimated", "nodes")
+              "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime")
+MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 tensor cores",
+             "amp-fp16": "autocast to float16, casts costed",
+             "amp-bf16": "autocast to bfloat16, casts costed"}
+RUNTIME_TEXT = {"eager": f"host dispatch {HOST_DISPATCH_US:g} us per kernel",
+                "graph": f"CUDA-graph style, {GRAPH_KERNEL_LAUNCH_US:g} us per kernel, "
+                         "BN folded into Conv at inference"}
 
 
 def human(n: float, unit: str = "") -> str:
@@ -47,6 +54,8 @@ def _header_lines(f: Forecast) -> list[str]:
              f"device     {d.name} ({d.arch}, {d.sm_count} SMs, "
              f"{d.mem_bandwidth_gbps:g} GB/s)",
              f"mode       {mode}",
+             f"math       {f.math} ({MATH_TEXT.get(f.math, '?')})",
+             f"runtime    {f.runtime} ({RUNTIME_TEXT.get(f.runtime, '?')})",
              f"predictor  {f.predictor}",
              f"total      {f.total_ms:.3f} ms over {len(f.kernels)} kernels "
              f"({f.node_count} nodes)"]
@@ -97,7 +106,8 @@ def render_table(f: Forecast, top: int = 10) -> str:
 
 
 def render_markdown(f: Forecast, top: int = 10) -> str:
-    out = [f"### tilecast forecast: {f.total_ms:.3f} ms on {f.device.name} ({f.mode})", ""]
+    out = [f"### tilecast forecast: {f.total_ms:.3f} ms on {f.device.name} "
+           f"({f.mode}, math {f.math}, {f.runtime} runtime)", ""]
     out += [f"- {line}" for line in _header_lines(f)] + ["", "| family | ms | share |",
                                                           "|---|---:|---:|"]
     total = f.total_ms or 1.0
@@ -116,6 +126,7 @@ def render_csv(f: Forecast) -> str:
     for k in f.kernels:
         row = k.to_dict()
         row["nodes"] = ";".join(row["nodes"])
+        row["math"], row["runtime"] = f.math, f.runtime
         w.writerow(row)
     return buf.getvalue()
 

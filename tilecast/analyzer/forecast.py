@@ -103,6 +103,8 @@ class Forecast:
     dims: Mapping[str, int] = field(default_factory=dict)
     node_count: int = 0
     zero_cost_reasons: tuple[ZeroCostOp, ...] = ()
+    math: str = "graph"  # the math mode assumed (analyzer/mathmode.py)
+    runtime: str = "eager"  # the runtime assumed (analyzer/runtime.py)
 
     def zero_cost_by_reason(self) -> dict[str, int]:
         """Zero-cost node count per reason, most frequent first."""
@@ -146,6 +148,7 @@ class Forecast:
         return {
             "schema": SCHEMA_VERSION, "tilecast_version": __version__, "model": self.model,
             "device": self.device.name, "mode": self.mode, "predictor": self.predictor,
+            "math": self.math, "runtime": self.runtime,
             "fusion": self.fusion, "dims": dict(sorted(self.dims.items())),
             "total_ms": _r(self.total_ms),
             "by_phase": {p: _r(v) for p, v in self.by_phase.items()},
@@ -186,6 +189,8 @@ class Forecast:
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
             zero_cost_reasons=_zero_cost_reasons(data, origin),
+            # Forecasts written before math modes and runtimes existed assumed these.
+            math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
         )
         _check_totals(data, forecast, origin)
         return forecast
@@ -304,6 +309,11 @@ def forecast_schema() -> dict[str, Any]:
              "nodes": int}
     top = record_schema(Forecast, sample, hints=hints, required=FORECAST_REQUIRED)
     kernel["properties"]["phase"]["enum"] = list(PHASES)
+    from .mathmode import MATH_MODES
+    from .runtime import RUNTIMES
+
+    top["properties"]["math"]["enum"] = list(MATH_MODES)
+    top["properties"]["runtime"]["enum"] = list(RUNTIMES)
     top["properties"]["dims"]["additionalProperties"] = {"type": "integer", "exclusiveMinimum": 0}
     top["properties"].update(schema={"const": SCHEMA_VERSION},
                              kernels={"type": "array", "items": kernel})

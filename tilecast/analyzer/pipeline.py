@@ -16,8 +16,10 @@ from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
+from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
+from .runtime import apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
 
@@ -74,37 +76,48 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
             device: str | os.PathLike[str] | Device, *, mode: str = "inference",
             fusion: bool = False, dims: Mapping[str, int] | None = None,
             predictor: str | os.PathLike[str] | Predictor | None = None,
-            optimizer: str = "none") -> Forecast:
+            optimizer: str = "none", math: str = "graph", runtime: str = "eager") -> Forecast:
     """Forecast the latency of one inference pass (or training step) of ``model`` on ``device``.
+
+    ``math``: graph (the graph's dtypes), tf32, amp-fp16 or amp-bf16 (see
+    ``tilecast.analyzer.mathmode``); ``runtime``: eager or graph (``analyzer.runtime``).
 
     >>> f = analyze("examples/tiny_mlp.onnx", "l4", predictor="roofline")  # doctest: +SKIP
     >>> round(f.total_ms, 3)  # doctest: +SKIP
     """
     if mode not in MODES:
         raise TilecastError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
+    check_runtime(runtime)
     dev = device if isinstance(device, Device) else load_device(device)
+    check_math(math, dev)
     pred = resolve_predictor(predictor)
     proto = load_model(model)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
     graph = build_graph(proto, dims)
-    results = fold_load_time(fold_linear_bias(cost_graph(graph)))
+    graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
+    results = graph_results
+    if runtime == "graph" and mode == "inference":
+        results = fold_batchnorm(results, graph.outputs)
+    results = apply_autocast(results, math)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)
     if mode == "training":
         from .training import training_kernels
 
         kernels = training_kernels(graph, results, kernels, optimizer=optimizer)
-    preds = pred.predict(kernels, dev)
+    if math == "tf32":
+        kernels = tf32_kernels(kernels)
+    preds = apply_runtime(pred.predict(kernels, dev), dev, runtime)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
                for k, p in zip(kernels, preds, strict=True))
     return Forecast(
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
-        fusion=fusion, dims=dict(dims or {}), node_count=len(results),
-        zero_cost_reasons=zero_cost_reasons(results),
+        fusion=fusion, dims=dict(dims or {}), node_count=len(graph_results),
+        zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )
 
 

@@ -160,6 +160,16 @@ def _generic_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
                           c.elements, c.estimated))]
 
 
+def _cast_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    """A dtype cast's gradient is the cast back: read dY, write dX in the input's dtype
+    (autocast's casts: half gradients back to the fp32 weights and activations)."""
+    x, y = r.node.input(0), r.node.outputs[0]
+    if x is None or x.name not in need:
+        return []
+    return [("dX", OpCost("elementwise", x.numel, _nb(y) + _nb(x), x.dtype,
+                          elements=x.numel))]
+
+
 def _batch_norm_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     """cuDNN-style: one pass reduces dY and dY * x_hat per channel (dgamma, dbeta and the sums
     dX needs: 2 FMAs per element), one elementwise pass writes dX (about 5 ops per element)."""
@@ -227,8 +237,9 @@ def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kern
     if r.cost is None or not any(t.name in need for t in node.outputs):
         return []
     bn = node.op_type == "BatchNormalization" and not node.domain
+    cast = node.op_type == "Cast" and not node.domain
     steps = BACKWARD_STEPS.get((node.domain, node.op_type))
-    fn = _batch_norm_bw if bn else BACKWARD.get(r.cost.family, _generic_bw)
+    fn = _batch_norm_bw if bn else _cast_bw if cast else BACKWARD.get(r.cost.family, _generic_bw)
     kernels = steps(node, need) if steps is not None else fn(r, need)
     return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
                    "backward") for suffix, cost in kernels]

@@ -24,10 +24,13 @@ DTYPES: dict[int, tuple[str, float]] = {
     21: ("uint4", 0.5), 22: ("int4", 0.5), 23: ("float4e2m1", 0.5),
 }
 DTYPE_SIZE: dict[str, float] = {name: size for name, size in DTYPES.values()}
+# "tf32" is a compute dtype only (--math tf32: fp32 tensors, TF32 tensor-core math).
+DTYPE_SIZE["tf32"] = 4
 
 FAMILIES = (
     "matmul", "conv", "attention", "elementwise", "normalization", "softmax", "reduction",
     "pooling", "gather", "movement", "unsupported",
+    "collective",  # NCCL collectives of distributed training (tilecast.parallel)
 )
 
 

@@ -1,7 +1,7 @@
 """Find and validate measured-latency label files.
 
-Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json`` holding
-``e2e_latency`` in ms. Anything else is reported as skipped with the reason, never dropped.
+Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion|-dp4|-tp4|-pp4_1].json``
+holding ``e2e_latency`` in ms. Anything else is reported as skipped with the reason, never dropped.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class Label:
     mode: str  # inference | training
     seq: int
     batch: int
-    variant: str  # plain | fusion
+    variant: str  # plain | fusion | a multi-GPU layout (dp4, tp4, pp4_1)
     measured_ms: float
 
 
@@ -58,8 +58,11 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     m = NAME.match(path.name)
     if m is None:
         raise ValueError("name is not <model>-<inf|train>-<seq>-<batch>[-fusion].json")
-    if m["suffix"] not in (None, "-fusion"):
-        raise ValueError(f"variant '{m['suffix'][1:]}' (multi-GPU runs) is not evaluated")
+    variant = "plain" if m["suffix"] is None else m["suffix"][1:]
+    if variant != "fusion" and variant != "plain":
+        from .distributed import parse_variant
+
+        parse_variant(variant, models)  # raises ValueError for an unknown variant
     try:
         device = load_device(path.parent.name)
     except DeviceError as exc:
@@ -71,7 +74,7 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")
     return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
-                 int(m["seq"]), int(m["batch"]), "fusion" if m["suffix"] else "plain",
+                 int(m["seq"]), int(m["batch"]), variant,
                  _measured(path))
 
 

@@ -84,6 +84,38 @@ def _fusion(path: Path) -> dict[Key, float]:
     return out
 
 
+# distributed.csv names the 4-GPU systems by GPU; the labels' GPU directories say which.
+DISTRIBUTED_GPUS = {"A100": "NVIDIA_A100-SXM4-40GB", "H100": "NVIDIA_H100_80GB_HBM3"}
+DISTRIBUTED_VARIANTS = {"DP": "dp{n}", "TP": "tp{n}", "PP": "pp{n}_1"}
+
+
+def _distributed(path: Path) -> dict[Key, float]:
+    """NeuSight's 4-GPU errors: columns "<GPU>x<n>" x DP/TP/PP, rows per model and batch."""
+    rows = list(csv.reader(path.open()))
+    systems, kinds = _spread(rows[0][3:]), rows[1][3:]
+    out: dict[Key, float] = {}
+    model, batch = "", 0
+    for row in rows[2:]:
+        if len(row) < 3:
+            continue
+        model = row[0] or model
+        batch = int(row[1]) if row[1].strip().isdigit() else batch
+        if not row[2].startswith("NeuSight"):
+            continue
+        for system, kind, cell in zip(systems, kinds, row[3:], strict=False):
+            gpu, _, n = system.partition("x")
+            value = _pct(cell.split("(")[-1]) if "(" in cell else None
+            if value is None or gpu not in DISTRIBUTED_GPUS or kind not in DISTRIBUTED_VARIANTS:
+                continue
+            if model in DISTRIBUTED_STEMS:
+                out[(DISTRIBUTED_GPUS[gpu], DISTRIBUTED_STEMS[model], "training", batch,
+                     DISTRIBUTED_VARIANTS[kind].format(n=n))] = value
+    return out
+
+
+DISTRIBUTED_STEMS = {"GPT2-Large": "gpt2_large", "GPT3-XL": "gpt3_xl"}
+
+
 def load_published(folder: Path) -> dict[Key, float]:
     """Every published NeuSight error cell found in ``folder`` (missing files are fine)."""
     out: dict[Key, float] = {}
@@ -91,7 +123,7 @@ def load_published(folder: Path) -> dict[Key, float]:
                ("nvidia_train.csv", lambda p: _nvidia(p, "training")),
                ("amd_inf.csv", lambda p: _amd(p, "inference")),
                ("amd_train.csv", lambda p: _amd(p, "training")),
-               ("fusion_inf.csv", _fusion))
+               ("fusion_inf.csv", _fusion), ("distributed.csv", _distributed))
     for name, reader in readers:
         if (folder / name).is_file():
             # fusion_inf's non-fused cells repeat nvidia_inf's: the first reading wins.

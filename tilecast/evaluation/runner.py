@@ -80,32 +80,57 @@ def task_for(config: Path, mode: str) -> str:
     return TASKS.get((model_type, mode), "causal-lm" if mode == "training" else "base")
 
 
-def cached_export(label: Label, cache: Path, progress: Progress | None = None) -> Path:
+def cached_export(label: Label, cache: Path, progress: Progress | None = None, *,
+                  batch: int | None = None, layers: int | None = None) -> Path:
     """Export the label's model at its batch and seq once; key: config hash, shape, task, and
-    train/eval tracing (training graphs keep their Dropout nodes, as the measured runs did)."""
+    train/eval tracing (training graphs keep their Dropout nodes, as the measured runs did).
+    ``batch``/``layers`` override the label's batch and the config's depth (multi-GPU runs)."""
     from ..exporters import export_model
 
+    batch = batch or label.batch
     task = task_for(label.config, label.mode)
     digest = hashlib.sha256(label.config.read_bytes()).hexdigest()[:12]
     trace = "train" if label.mode == "training" else "eval"
-    path = cache / (f"{label.model}-{digest}-{task}-b{label.batch}-s{label.seq}-float32-"
-                    f"{trace}.onnx")
+    depth = f"-L{layers}" if layers else ""
+    path = cache / (f"{label.model}-{digest}-{task}-b{batch}-s{label.seq}-float32-"
+                    f"{trace}{depth}.onnx")
     if not path.is_file():
         if progress:
-            progress(f"exporting {label.model} ({task}, batch {label.batch}, seq {label.seq})")
+            progress(f"exporting {label.model} ({task}, batch {batch}, seq {label.seq})")
         cache.mkdir(parents=True, exist_ok=True)
-        export_model(str(label.config), batch=label.batch, seq=label.seq, task=task,
-                     dtype="float32", attn="eager", output=path,
+        export_model(str(label.config), batch=batch, seq=label.seq, task=task,
+                     dtype="float32", attn="eager", output=path, layers=layers,
                      train_mode=label.mode == "training")
     return path
 
 
 def forecast_label(label: Label, predictor: Predictor, cache: Path,
                    progress: Progress | None = None) -> Forecast:
-    """The forecast of one label's run: its model exported (cached) at the label's shape."""
+    """The forecast of a single-GPU (plain or fusion) label's run: its model exported (cached)
+    at the label's shape."""
     path = cached_export(label, cache, progress)
     return analyze(path, label.device, mode=label.mode, fusion=label.variant == "fusion",
                    predictor=predictor)
+
+
+def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
+                 progress: Progress | None) -> float:
+    if label.variant in ("plain", "fusion"):
+        return forecast_label(label, pred, cache, progress).total_ms
+    from ..parallel import Layout, analyze_parallel, cluster_for_device
+    from .distributed import EXPORT_LAYERS, config_layers, parse_variant
+
+    d = parse_variant(label.variant, models_dir)
+    path = cached_export(label, cache, progress, batch=d.per_rank_batch(label.batch),
+                         layers=EXPORT_LAYERS)
+    layout = Layout(dp=d.dp, tp=d.tp, pp=d.pp, microbatches=d.microbatches, zero=d.zero,
+                    sequence_parallel=d.sequence_parallel, recompute=d.recompute)
+    # Megatron's train step includes its Adam update (accelerate's optimizer.step() is a
+    # no-op under Megatron-LM), so the forecast does too.
+    f = analyze_parallel(path, layout, cluster=cluster_for_device(label.device),
+                         predictor=pred, optimizer="adam", clip_grad=d.clip_grad,
+                         layers=config_layers(label.config), fusion=d.fusion)
+    return f.step_ms
 
 
 def _summaries(runs: list[Run]) -> tuple[Summary, ...]:
@@ -145,10 +170,10 @@ def evaluate(labels_dir: Path, *, models_dir: Path | None = None,
     for i, label in enumerate(labels, 1):
         if progress:
             progress(f"[{i}/{len(labels)}] {label.gpu} {label.file.name}")
-        f = forecast_label(label, pred, cache, progress)
-        err = abs(f.total_ms - label.measured_ms) / label.measured_ms * 100
+        total_ms = _forecast_ms(label, models_dir, pred, cache, progress)
+        err = abs(total_ms - label.measured_ms) / label.measured_ms * 100
         key = (label.gpu, label.model, label.mode, label.batch, label.variant)
         runs.append(Run(label.gpu, label.model, label.mode, label.batch, label.seq,
-                        label.variant, round(label.measured_ms, 4), round(f.total_ms, 4),
+                        label.variant, round(label.measured_ms, 4), round(total_ms, 4),
                         round(err, 2), paper.get(key)))
     return EvalResult(tuple(runs), _summaries(runs), tuple(skipped), pred.name)

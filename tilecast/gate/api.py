@@ -61,6 +61,8 @@ class Settings:
     dims: Mapping[str, int] | None = None
     predictor: Predictor | None = None
     optimizer: str = "none"
+    math: str = "graph"
+    runtime: str = "eager"
 
 
 def forecast_on(side: Side, device: Device, s: Settings) -> Forecast:
@@ -73,7 +75,8 @@ def forecast_on(side: Side, device: Device, s: Settings) -> Forecast:
     else:
         assert side.model is not None and s.predictor is not None
         f = analyze(side.model, device, mode=s.mode, fusion=s.fusion, dims=s.dims or None,
-                    predictor=s.predictor, optimizer=s.optimizer)
+                    predictor=s.predictor, optimizer=s.optimizer, math=s.math,
+                    runtime=s.runtime)
     side.cache[key] = f
     return f
 
@@ -106,14 +109,18 @@ def _devices(spec: DeviceSpec | Sequence[DeviceSpec] | None, sides: Sequence[Sid
 
 
 def _settings(sides: Sequence[Side], mode: str, fusion: bool, dims: Mapping[str, int] | None,
-              predictor: str | os.PathLike[str] | Predictor | None, optimizer: str) -> Settings:
+              predictor: str | os.PathLike[str] | Predictor | None, optimizer: str,
+              math: str | None = None, runtime: str | None = None) -> Settings:
     saved = [f for side in sides if side.saved for f in side.saved.forecasts.values()]
     if predictor is None and saved and all(f.predictor == "roofline" for f in saved):
         predictor = "roofline"  # follow a roofline baseline rather than switch predictors
     if not dims and saved:
         dims = saved[0].dims  # analyze the model as the baseline was analyzed
+    # Unless told otherwise, forecast the model under the baseline's math mode and runtime.
+    math = math or (saved[0].math if saved else "graph")
+    runtime = runtime or (saved[0].runtime if saved else "eager")
     pred = resolve_predictor(predictor) if any(s.model is not None for s in sides) else None
-    return Settings(mode, fusion, dict(dims or {}), pred, optimizer)
+    return Settings(mode, fusion, dict(dims or {}), pred, optimizer, math, runtime)
 
 
 def _warnings(base: Side, new: Side, s: Settings) -> list[str]:
@@ -140,16 +147,24 @@ def _check_predictors(base: Side, new: Side, fb: Forecast, fn: Forecast) -> None
         raise ConfigError(
             f"{base.label} was forecast with predictor {fb.predictor!r} and {new.label} with "
             f"{fn.predictor!r}: pass the same --predictor to both, or refresh the baseline")
+    for what, flag in (("math", "--math"), ("runtime", "--runtime")):
+        b, n = getattr(fb, what), getattr(fn, what)
+        if b != n:
+            raise ConfigError(
+                f"{base.label} was forecast with {what} {b!r} and {new.label} with {n!r}: "
+                f"forecasts under different {what} settings are not comparable (pass the "
+                f"same {flag} to both, or refresh the baseline)")
 
 
 def compare_sides(base: Side, new: Side, devices: DeviceSpec | Sequence[DeviceSpec] | None = None,
                   *, mode: str = "inference", threshold: str | Threshold = "5%",
                   fusion: bool = False, dims: Mapping[str, int] | None = None,
                   predictor: str | os.PathLike[str] | Predictor | None = None,
-                  optimizer: str = "none", top: int = 10) -> Comparison:
+                  optimizer: str = "none", top: int = 10, math: str | None = None,
+                  runtime: str | None = None) -> Comparison:
     limit = parse_threshold(threshold)
     devs = _devices(devices, (base, new))
-    s = _settings((base, new), mode, fusion, dims, predictor, optimizer)
+    s = _settings((base, new), mode, fusion, dims, predictor, optimizer, math, runtime)
     results = []
     for dev in devs:
         fb, fn = forecast_on(base, dev, s), forecast_on(new, dev, s)
@@ -163,7 +178,8 @@ def compare(base: Source, new: Source, devices: DeviceSpec | Sequence[DeviceSpec
             *, mode: str = "inference", threshold: str | Threshold = "5%", fusion: bool = False,
             dims: Mapping[str, int] | None = None,
             predictor: str | os.PathLike[str] | Predictor | None = None,
-            optimizer: str = "none", top: int = 10) -> Comparison:
+            optimizer: str = "none", top: int = 10, math: str | None = None,
+            runtime: str | None = None) -> Comparison:
     """Compare the forecasts of ``base`` and ``new`` on each device.
 
     ``base`` and ``new`` are each an ONNX path or ``ModelProto`` (analyzed here), or a saved
@@ -172,8 +188,10 @@ def compare(base: Source, new: Source, devices: DeviceSpec | Sequence[DeviceSpec
     the saved side's when it is roofline, else the default predictor; ``dims`` default to the
     saved side's. ``threshold`` is ``"5%"``-style or ``"2ms"``-style; a device regresses when
     ``new`` is slower than ``base`` by more than it. ``top``: kernel changes kept per device.
+    ``math`` / ``runtime`` default to the saved side's (else graph / eager); forecasts made
+    under different math modes or runtimes raise ``ConfigError``.
     """
     limit = parse_threshold(threshold)  # bad text fails before any analysis
     return compare_sides(open_side(base), open_side(new), devices, mode=mode,
                          threshold=limit, fusion=fusion, dims=dims, predictor=predictor,
-                         optimizer=optimizer, top=top)
+                         optimizer=optimizer, top=top, math=math, runtime=runtime)

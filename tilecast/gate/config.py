@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..analyzer.mathmode import MATH_MODES
 from ..analyzer.pipeline import MODES
+from ..analyzer.runtime import RUNTIMES
 from ..analyzer.training import OPTIMIZERS
 from ..device_db import Device, load_device
 from ..errors import ConfigError, DeviceError
@@ -22,7 +24,7 @@ from .threshold import Threshold, parse_threshold
 CONFIG_NAMES = ("tilecast.toml", "pyproject.toml")
 DEFAULT_BASELINE_DIR = ".tilecast"
 # Keys a model and the top level share; a model's value overrides the top level's.
-SHARED_KEYS = ("devices", "mode", "threshold", "fusion", "optimizer", "dims")
+SHARED_KEYS = ("devices", "mode", "threshold", "fusion", "optimizer", "dims", "math", "runtime")
 TOP_KEYS = frozenset({*SHARED_KEYS, "models", "predictor", "baseline_dir", "top"})
 EXPORT_KEYS: dict[str, type] = {"batch": int, "seq": int, "task": str, "dtype": str,
                                 "attn": str, "layers": int}
@@ -45,6 +47,8 @@ class ModelSpec:
     dims: Mapping[str, int] = field(default_factory=dict)
     fusion: bool = False
     optimizer: str = "none"
+    math: str = "graph"
+    runtime: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -168,6 +172,8 @@ def _model(data: Any, i: int, top: _Table, baseline_dir: str) -> ModelSpec:
         dims=_dims(t if "dims" in data else top),
         fusion=bool((t if "fusion" in data else top).get("fusion", bool, False)),
         optimizer=_choice(t if "optimizer" in data else top, "optimizer", OPTIMIZERS),
+        math=_choice(t if "math" in data else top, "math", MATH_MODES),
+        runtime=_choice(t if "runtime" in data else top, "runtime", RUNTIMES),
     )
 
 

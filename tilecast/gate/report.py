@@ -59,7 +59,7 @@ def _grid(header: list[str], rows: list[list[str]], indent: str = "") -> list[st
 def _text_device(d: DeviceComparison) -> list[str]:
     fam = [[f.family, _ms(f.base_ms), _ms(f.new_ms), _dms(f.delta_ms), _pct(f.change_pct)]
            for f in d.by_family]
-    lines = ["", f"{d.device} {d.mode} by family:"]
+    lines = ["", f"{d.device} {d.mode} ({d.setting}) by family:"]
     lines += _grid(["family", "base ms", "new ms", "delta ms", "change"], fam, "  ")
     if d.top:
         lines.append("top kernel changes:")
@@ -99,7 +99,7 @@ def _md_table(header: list[str], rows: list[list[str]], aligns: str) -> list[str
 def _md_device(name: str | None, d: DeviceComparison) -> list[str]:
     title = f"{name}: " if name else ""
     lines = ["<details>", f"<summary>{title}{d.device} {d.mode}: {_ms(d.base_ms)} → "
-             f"{_ms(d.new_ms)} ms ({_pct(d.change_pct)})</summary>", ""]
+             f"{_ms(d.new_ms)} ms ({_pct(d.change_pct)}), {d.setting}</summary>", ""]
     fam = [[f.family, _ms(f.base_ms), _ms(f.new_ms), _dms(f.delta_ms), _pct(f.change_pct)]
            for f in d.by_family]
     lines += _md_table(["family", "base ms", "new ms", "Δ ms", "change"], fam, "lrrrr")

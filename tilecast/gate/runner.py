@@ -80,7 +80,8 @@ def _gate_model(config: GateConfig, spec: ModelSpec, workdir: Path) -> Compariso
     new = open_side(_model(config, spec, workdir), _label(spec))
     return compare_sides(base, new, spec.devices, mode=spec.mode, threshold=spec.threshold,
                          fusion=spec.fusion, dims=spec.dims, predictor=config.predictor,
-                         optimizer=spec.optimizer, top=config.top)
+                         optimizer=spec.optimizer, top=config.top, math=spec.math,
+                         runtime=spec.runtime)
 
 
 def _in_model(name: str, exc: TilecastError) -> TilecastError:
@@ -120,7 +121,8 @@ def _baseline(config: GateConfig, spec: ModelSpec, workdir: Path,
     model, label = _model(config, spec, workdir), _label(spec)
     forecasts = [dataclasses.replace(
         analyze(model, dev, mode=spec.mode, fusion=spec.fusion, dims=spec.dims or None,
-                predictor=predictor, optimizer=spec.optimizer), model=label)
+                predictor=predictor, optimizer=spec.optimizer, math=spec.math,
+                runtime=spec.runtime), model=label)
         for dev in spec.devices]
     return baseline_text(forecasts, label, model_inputs(model))
 

@@ -1,0 +1,220 @@
+"""Runtimes (eager host dispatch, graph launch, BN folding) and how outputs, compare and gate
+record the math mode and runtime."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import onnx.parser
+import pytest
+from click.testing import CliRunner
+
+import tilecast
+from tilecast.analyzer.predictor import Prediction, RooflinePredictor
+from tilecast.analyzer.runtime import (
+    FOLDED_BN,
+    GRAPH_KERNEL_LAUNCH_US,
+    HOST_DISPATCH_US,
+    apply_runtime,
+    predictor_launch_ms,
+)
+from tilecast.cli import main
+
+H = HOST_DISPATCH_US * 1e-3
+G = GRAPH_KERNEL_LAUNCH_US * 1e-3
+
+CONV_BN = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[8, 16, 32, 32] x) => (float[8, 16, 32, 32] y) <float[16, 16, 3, 3] w = {0.0},
+    float[16] s = {1.0}, float[16] t = {0.0}, float[16] mu = {0.0}, float[16] var = {1.0}> {
+  c = Conv <pads = [1, 1, 1, 1]> (x, w)
+  d = BatchNormalization(c, s, t, mu, var)
+  y = Relu(d)
+}"""
+
+TWO_USES = CONV_BN.replace("float[8, 16, 32, 32] y)", "float[8, 16, 32, 32] y, "
+                           "float[8, 16, 32, 32] c)")
+
+
+def _preds(ms: list[float]) -> list[Prediction]:
+    return [Prediction(m, "memory") for m in ms]
+
+
+@pytest.mark.parametrize("gpu_ms,expected_total", [
+    # all shorter than the dispatch: the GPU waits for the host, one dispatch per kernel,
+    # and the last kernel runs after the last dispatch
+    ([0.001, 0.002, 0.003], 3 * H + 0.003),
+    # all longer: the host runs ahead; only the first dispatch shows
+    ([1.0, 2.0, 3.0], H + 6.0),
+    # a long kernel lets the host queue the next two short ones: they run back to back
+    ([1.0, 0.001, 0.001], H + 1.002),
+    # short kernels first: two dispatches of idle GPU, then the long one issued at 3H
+    ([0.001, 0.001, 1.0], 3 * H + 1.0),
+])
+def test_eager_dispatch_floor(gpu_ms, expected_total):
+    dev = tilecast.load_device("l4")
+    out = apply_runtime(_preds(gpu_ms), dev, "eager")
+    assert sum(p.latency_ms for p in out) == pytest.approx(expected_total)
+    assert all(p.latency_ms >= g - 1e-12 for p, g in zip(out, gpu_ms, strict=True))
+
+
+def test_eager_marks_host_bound_kernels_overhead():
+    out = apply_runtime(_preds([0.001, 1.0]), tilecast.load_device("l4"), "eager")
+    assert [p.bound for p in out] == ["overhead", "memory"]
+
+
+def test_graph_runtime_swaps_the_launch_overhead_for_the_graph_launch():
+    dev = tilecast.load_device("a100-sxm4-40gb")
+    launch = predictor_launch_ms(dev)
+    out = apply_runtime(_preds([launch + 0.1, launch]), dev, "graph")
+    assert [p.latency_ms for p in out] == pytest.approx([0.1 + G, G])
+
+
+def test_eager_is_never_faster_than_graph():
+    model = onnx.parser.parse_model(CONV_BN)
+    for device in ("t4", "h100-sxm", "mi300x"):
+        eager = tilecast.analyze(model, device, predictor="roofline")
+        graph = tilecast.analyze(model, device, predictor="roofline", runtime="graph")
+        assert graph.total_ms < eager.total_ms
+        assert (eager.runtime, graph.runtime) == ("eager", "graph")
+
+
+def test_graph_runtime_folds_inference_batch_norm_into_the_conv():
+    model = onnx.parser.parse_model(CONV_BN)
+    graph = tilecast.analyze(model, "t4", predictor="roofline", runtime="graph")
+    assert [k.kernel.op_type for k in graph.kernels] == ["Conv", "Relu"]
+    assert graph.zero_cost == {"BatchNormalization": 1}
+    eager = tilecast.analyze(model, "t4", predictor="roofline")
+    assert [k.kernel.op_type for k in eager.kernels] == ["Conv", "BatchNormalization", "Relu"]
+
+
+def test_fold_reason_names_the_graph_runtime():
+    from tilecast.analyzer.analysis import cost_graph
+    from tilecast.analyzer.graph import build_graph
+    from tilecast.analyzer.runtime import fold_batchnorm
+
+    results = fold_batchnorm(cost_graph(build_graph(onnx.parser.parse_model(CONV_BN))))
+    assert [r.reason for r in results if r.outcome == "zero"] == [FOLDED_BN]
+    assert results[0].node.outputs[0].name == "d"  # the Conv writes the BN's output
+
+
+@pytest.mark.parametrize("text,mode", [(TWO_USES, "inference"), (CONV_BN, "training")])
+def test_batch_norm_is_kept_when_it_cannot_fold(text, mode):
+    # the conv output is also a graph output / training needs the batch statistics
+    f = tilecast.analyze(onnx.parser.parse_model(text), "t4", predictor="roofline",
+                         runtime="graph", mode=mode)
+    assert "BatchNormalization" in {k.kernel.op_type for k in f.kernels}
+
+
+def test_unknown_runtime_is_an_error():
+    with pytest.raises(tilecast.TilecastError, match="runtime"):
+        tilecast.analyze(onnx.parser.parse_model(CONV_BN), "t4", runtime="jit")
+
+
+def test_predictor_time_is_what_the_runtime_starts_from():
+    # graph runtime on one kernel: roofline GPU time - launch + graph launch
+    model = onnx.parser.parse_model(CONV_BN)
+    dev = tilecast.load_device("t4")
+    f = tilecast.analyze(model, dev, predictor="roofline", runtime="graph")
+    gpu = RooflinePredictor().predict([f.kernels[0].kernel], dev)[0].latency_ms
+    assert f.kernels[0].latency_ms == pytest.approx(gpu - predictor_launch_ms(dev) + G)
+
+
+# --- outputs say which runtime and math mode were assumed ------------------------------------
+
+@pytest.fixture
+def conv_path(tmp_path):
+    path = tmp_path / "conv.onnx"
+    onnx.save(onnx.parser.parse_model(CONV_BN), path)
+    return path
+
+
+@pytest.mark.parametrize("fmt,needles", [
+    ("table", ["math       tf32", "runtime    graph"]),
+    ("markdown", ["math tf32", "graph runtime"]),
+    ("json", ['"math": "tf32"', '"runtime": "graph"']),
+    ("csv", [",tf32,graph"]),
+])
+def test_every_format_names_math_and_runtime(conv_path, fmt, needles):
+    res = CliRunner().invoke(main, ["analyze", str(conv_path), "-d", "a100-sxm4-40gb",
+                                    "--predictor", "roofline", "--math", "tf32",
+                                    "--runtime", "graph", "--format", fmt])
+    assert res.exit_code == 0, res.output
+    for needle in needles:
+        assert needle in res.output
+
+
+def test_old_forecast_json_reads_as_graph_math_and_eager(conv_path):
+    data = tilecast.analyze(conv_path, "t4", predictor="roofline").to_dict()
+    del data["math"], data["runtime"]
+    f = tilecast.Forecast.from_dict(data)
+    assert (f.math, f.runtime) == ("graph", "eager")
+
+
+def _save(path, *args):
+    res = CliRunner().invoke(main, ["analyze", str(path), "-d", "a100-sxm4-40gb",
+                                    "--predictor", "roofline", "--format", "json", *args])
+    assert res.exit_code == 0, res.output
+    return res.output
+
+
+def test_compare_follows_the_saved_math_and_runtime(conv_path, tmp_path):
+    base = tmp_path / "base.json"
+    base.write_text(_save(conv_path, "--math", "tf32", "--runtime", "graph"))
+    res = CliRunner().invoke(main, ["compare", str(base), str(conv_path)])
+    assert res.exit_code == 0, res.output
+    # the model is re-forecast under tf32 + graph, so nothing changed
+    assert "math tf32, graph runtime" in res.output
+    dev = tilecast.compare(str(base), str(conv_path)).devices[0]
+    assert dev.delta_ms == 0 and dev.base_kernels == dev.new_kernels == 2
+    assert (dev.to_dict()["math"], dev.to_dict()["runtime"]) == ("tf32", "graph")
+
+
+@pytest.mark.parametrize("flag,value", [("--math", "graph"), ("--runtime", "eager")])
+def test_compare_refuses_different_modes(conv_path, tmp_path, flag, value):
+    base = tmp_path / "base.json"
+    base.write_text(_save(conv_path, "--math", "tf32", "--runtime", "graph"))
+    res = CliRunner().invoke(main, ["compare", str(base), str(conv_path), flag, value])
+    assert res.exit_code == 2
+    assert res.output.count("Error:") == 1 and "not comparable" in res.output
+
+
+def test_compare_api_refuses_two_saved_forecasts_with_different_math(conv_path):
+    a = tilecast.analyze(conv_path, "a100-sxm4-40gb", predictor="roofline")
+    b = tilecast.analyze(conv_path, "a100-sxm4-40gb", predictor="roofline", math="tf32")
+    with pytest.raises(tilecast.ConfigError, match="math"):
+        tilecast.compare(a, b)
+
+
+def test_gate_baseline_records_math_and_runtime_and_checks_them(conv_path, tmp_path,
+                                                               monkeypatch):
+    cfg = tmp_path / "tilecast.toml"
+    cfg.write_text(f'predictor = "roofline"\ndevices = ["a100-sxm4-40gb"]\n'
+                   f'math = "tf32"\nruntime = "graph"\n[[models]]\npath = "{conv_path.name}"\n')
+    monkeypatch.chdir(tmp_path)
+    runner = CliRunner()
+    assert runner.invoke(main, ["gate", "--update-baseline"]).exit_code == 0
+    saved = json.loads((tmp_path / ".tilecast" / "conv.json").read_text())["forecasts"][0]
+    assert (saved["math"], saved["runtime"]) == ("tf32", "graph")
+    assert runner.invoke(main, ["gate"]).exit_code == 0
+    cfg.write_text(cfg.read_text().replace('math = "tf32"', 'math = "graph"'))
+    res = runner.invoke(main, ["gate"])
+    assert res.exit_code == 2 and res.output.count("Error:") == 1
+    assert "math" in res.output
+
+
+def test_gate_config_names_a_bad_math_mode(tmp_path):
+    from tilecast.gate.config import load_config
+
+    cfg = tmp_path / "tilecast.toml"
+    cfg.write_text('devices = ["t4"]\nmath = "fp8"\n[[models]]\npath = "m.onnx"\n')
+    with pytest.raises(tilecast.ConfigError, match=r"models\[0\]\.math|math: must be one of"):
+        load_config(cfg)
+
+
+def test_parallel_forecasts_refuse_math_and_runtime(conv_path):
+    res = CliRunner().invoke(main, ["analyze", str(conv_path), "--mode", "training",
+                                    "--parallel", "dp=2,tp=1,pp=1", "--cluster", "dgx-a100",
+                                    "--math", "tf32"])
+    assert res.exit_code == 2 and "--parallel" in res.output

@@ -1,0 +1,160 @@
+"""``analyze_parallel``: one training step of a model on a cluster under a parallel layout."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+import onnx
+
+from ..analyzer.analysis import cost_graph
+from ..analyzer.forecast import KernelForecast
+from ..analyzer.graph import build_graph, load_model
+from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
+from ..analyzer.predictor import Predictor
+from ..analyzer.rewrites import fold_linear_bias
+from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
+from ..analyzer.types import Kernel, OpCost
+from ..device_db import Device, load_device
+from ..errors import TilecastError
+from .cluster import Cluster, load_cluster
+from .forecast import ParallelForecast
+from .layout import Layout
+from .segments import Segment, segment_costs
+from .stages import build_stages
+from .structure import EPILOGUE, PROLOGUE, recognize
+from .tensor import check_divisible, roles, shard_kernels
+
+
+def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None):
+    proto = load_model(model)
+    if isinstance(model, onnx.ModelProto):
+        proto = onnx.ModelProto()
+        proto.CopyFrom(model)
+    graph = build_graph(proto, dims)
+    return proto, graph, fold_linear_bias(cost_graph(graph))
+
+
+def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
+    """Gradient clipping by global norm: one pass to compute the norm, one to scale
+    (read + write): three passes over the gradients, memory-bound."""
+    n = int(param_bytes)
+    return Kernel("grad_clip", (), "ClipGradNorm",
+                  OpCost("elementwise", n, 3 * n, dtype, elements=n // 4), "update")
+
+
+def _clip_ms_per_byte(units: Sequence[Segment], dtype: str, pred: Predictor,
+                      device: Device) -> float:
+    total = sum(u.param_bytes for u in units)
+    if not total:
+        return 0.0
+    return pred.predict([_clip_kernel(total, dtype)], device)[0].latency_ms / total
+
+
+def _fused_update(units: Sequence[Segment], optimizer: str, dtype: str, pred: Predictor,
+                  device: Device) -> None:
+    """Re-time each unit's optimizer step as its share of one multi-tensor kernel."""
+    total = sum(u.update_bytes for u in units)
+    elements = int(sum(u.param_elems for u in units))
+    if not total or not elements:
+        return
+    flops = OPTIMIZER_TRAFFIC[optimizer][1] * elements
+    k = Kernel(f"fused_{optimizer}", (), f"Fused{optimizer.capitalize()}",
+               OpCost("elementwise", flops, int(total), dtype, elements=elements), "update")
+    per_byte = pred.predict([k], device)[0].latency_ms / total
+    for u in units:
+        u.update_ms = per_byte * u.update_bytes
+
+
+def _batch(graph) -> int:
+    shapes = [t.shape for t in graph.inputs if t.shape]
+    return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
+
+
+def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
+                     layout: Layout, *, cluster: str | os.PathLike[str] | Cluster,
+                     device: str | os.PathLike[str] | Device | None = None,
+                     dims: Mapping[str, int] | None = None,
+                     predictor: str | os.PathLike[str] | Predictor | None = None,
+                     optimizer: str = "adam", layers: int | None = None,
+                     clip_grad: bool = True, fusion: bool = False,
+                     fused_optimizer: bool = True) -> ParallelForecast:
+    """Forecast one training step of ``model`` (its graph batch is one microbatch) on
+    ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
+    layer up to that many layers (export a model with few layers, forecast the full depth).
+    ``fusion`` forecasts fused elementwise chains (Megatron-LM's bias-GeLU and
+    bias-dropout-add fusions) as the single-GPU ``--fusion`` does. ``fused_optimizer``
+    forecasts the optimizer step as multi-tensor kernels (Megatron-LM's apex FusedAdam,
+    PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per parameter
+    without a launch and a partly filled GPU per small tensor.
+
+    >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
+    >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
+    """
+    cl = load_cluster(cluster)
+    if device is not None:
+        cl = replace(cl, device=load_device(device))
+    pred = resolve_predictor(predictor)
+    proto, graph, results = _graph(model, dims)
+    s = recognize(results)
+    warnings = list(s.warnings)
+    if (layout.tp > 1 or layout.pp > 1 or layers) and not s.layers:
+        raise TilecastError(f"tensor/pipeline parallelism and layer replication need "
+                            f"transformer layers, but none was recognized in "
+                            f"{graph.name or model}: {'; '.join(s.warnings)}")
+    if layout.tp > 1:
+        check_divisible(results, s, layout.tp)
+    r = roles(results, s, layout.sequence_parallel)
+    forward = group_kernels(graph, results) if fusion else node_kernels(results)
+    kernels = training_kernels(graph, results, forward, optimizer=optimizer)
+    index = {res.node.name: i for i, res in enumerate(results)}
+    kernels = shard_kernels(kernels, results, r, index, layout.tp)
+    preds = pred.predict(kernels, cl.device)
+    kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
+          for k, p in zip(kernels, preds, strict=True)]
+    segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel)
+    units = _units(segs, s.layers, layers or s.layers)
+    if s.layers == 1 and (layers or 1) > 1:
+        warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
+                        "residual add that sit outside it: export two layers")
+    if layout.pp > len(units):
+        raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
+                            f"has {len(units)}")
+    dtype = kernels[0].dtype if kernels else "float32"
+    if fused_optimizer and optimizer != "none":
+        _fused_update(units, optimizer, dtype, pred, cl.device)
+    clip = _clip_ms_per_byte(units, dtype, pred, cl.device) if clip_grad else None
+    ranks, collectives = build_stages(units, layout, cl, clip, dtype, optimizer)
+    return ParallelForecast(
+        model=str(model) if not isinstance(model, onnx.ModelProto) else graph.name,
+        cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
+        graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
+        collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)))
+
+
+def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:
+    """Per-layer segments, the prologue folded into the first and the epilogue into the
+    last; the graph's first layer repeated when ``target`` exceeds the graph's layers."""
+    if graph_layers == 0:
+        unit = Segment()
+        for seg in segs.values():
+            unit.add(seg)
+        return [unit]
+    if target < graph_layers:
+        raise TilecastError(f"layers={target} is fewer than the graph's {graph_layers}")
+    units = [segs[i].copy() for i in range(graph_layers)]
+    units[1:1] = [segs[0].copy() for _ in range(target - graph_layers)]
+    units[0].add(segs[PROLOGUE])
+    units[-1].add(segs[EPILOGUE])
+    return units
+
+
+def _memory_warnings(ranks: Sequence) -> list[str]:
+    out = []
+    for r in ranks:
+        m = r.memory
+        if not m.fits:
+            out.append(f"stage {r.stage} needs {m.total / 2**30:.1f} GiB per GPU, more than "
+                       f"the device's {m.capacity / 2**30:.0f} GiB")
+    return out

@@ -1,0 +1,44 @@
+"""What ``tilecast analyze --parallel`` runs (kept here so cli.py stays thin)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import TilecastError
+from .api import analyze_parallel
+from .cluster import cluster_for_device, load_cluster
+from .layout import Layout, parse_layout
+from .report import render_parallel, render_ranking
+from .search import search
+
+
+def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mode: str,
+                 predictor: str, optimizer: str, fmt: str, parallel: str, microbatches: int,
+                 cluster: str | None, gpus: int | None, global_batch: int | None,
+                 layers: int | None, zero: int, sequence_parallel: bool, recompute: bool,
+                 virtual_stages: int = 1) -> str:
+    if mode != "training":
+        raise TilecastError("--parallel forecasts a training step: add --mode training")
+    if cluster is None:
+        if device is None:
+            raise TilecastError("--parallel needs --cluster (a preset or a JSON) or --device")
+        from ..device_db import load_device
+
+        cl = cluster_for_device(load_device(device))
+    else:
+        cl = load_cluster(cluster)
+    options = dict(zero=zero, sequence_parallel=sequence_parallel, recompute=recompute)
+
+    def run(layout: Layout):
+        return analyze_parallel(model, layout, cluster=cl, device=device, dims=dims,
+                                predictor=predictor, optimizer=optimizer, layers=layers)
+
+    if parallel.strip().lower() == "auto":
+        if gpus is None:
+            raise TilecastError("--parallel auto needs --gpus N")
+        probe = run(Layout())
+        batch = global_batch or gpus * probe.microbatch
+        return render_ranking(search(run, gpus, batch, probe.microbatch, **options), fmt)
+    layout = parse_layout(parallel, microbatches=microbatches, virtual_stages=virtual_stages,
+                          **options)
+    return render_parallel(run(layout), fmt)

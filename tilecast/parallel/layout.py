@@ -1,0 +1,62 @@
+"""The parallel layout: data, tensor and pipeline degrees and the options that go with them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TilecastError
+
+# PyTorch DistributedDataParallel's default gradient bucket (bucket_cap_mb=25),
+# https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
+DDP_BUCKET_MB = 25.0
+ZERO_STAGES = (0, 1, 2, 3)  # 0: plain DDP; 3 is FSDP's FULL_SHARD
+
+
+@dataclass(frozen=True)
+class Layout:
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    microbatches: int = 1  # per step and data-parallel rank
+    zero: int = 0
+    sequence_parallel: bool = False
+    recompute: bool = False  # full activation recomputation
+    bucket_mb: float = DDP_BUCKET_MB
+    virtual_stages: int = 1  # interleaved 1F1B: model chunks per GPU (Megatron-LM)
+
+    def __post_init__(self) -> None:
+        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise TilecastError(f"layout: {name} must be a positive integer, got {value!r}")
+        if self.zero not in ZERO_STAGES:
+            raise TilecastError(f"layout: zero must be one of 0, 1, 2, 3, got {self.zero!r}")
+        if self.virtual_stages > 1 and (self.pp == 1 or self.microbatches % self.pp):
+            raise TilecastError("layout: an interleaved pipeline (virtual_stages > 1) needs "
+                                "pp > 1 and microbatches divisible by pp (as Megatron-LM does)")
+        if self.bucket_mb <= 0:
+            raise TilecastError(f"layout: bucket_mb must be positive, got {self.bucket_mb}")
+
+    @property
+    def gpus(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def label(self) -> str:
+        extra = "".join((f",zero={self.zero}" if self.zero else "",
+                         ",sp" if self.sequence_parallel else "",
+                         ",recompute" if self.recompute else "",
+                         f",vp={self.virtual_stages}" if self.virtual_stages > 1 else ""))
+        return f"dp={self.dp},tp={self.tp},pp={self.pp},mb={self.microbatches}{extra}"
+
+
+def parse_layout(text: str, **options) -> Layout:
+    """``"dp=2,tp=4,pp=1"`` (any order, missing degrees are 1) -> :class:`Layout`."""
+    degrees: dict[str, int] = {}
+    for item in (p.strip() for p in text.split(",") if p.strip()):
+        key, sep, value = item.partition("=")
+        key = key.strip().lower()
+        if not sep or key not in ("dp", "tp", "pp") or not value.strip().isdigit():
+            raise TilecastError(f"--parallel {text!r}: expected dp=D,tp=T,pp=P (positive "
+                                f"integers), got {item!r}")
+        degrees[key] = int(value)
+    return Layout(**degrees, **options)

@@ -1,0 +1,43 @@
+"""``--parallel auto``: every (dp, tp, pp, microbatches) for a GPU count and global batch,
+ranked by step time, keeping the layouts that fit in memory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..errors import TilecastError
+from .forecast import ParallelForecast
+from .layout import Layout
+
+
+def candidate_layouts(gpus: int, global_batch: int, microbatch: int, **options
+                      ) -> list[Layout]:
+    """Layouts with dp * tp * pp == gpus whose microbatch count M = global / (dp * mb) is a
+    whole number (the graph's batch is the microbatch)."""
+    out = []
+    for tp in range(1, gpus + 1):
+        for pp in range(1, gpus // tp + 1):
+            if gpus % (tp * pp):
+                continue
+            dp = gpus // (tp * pp)
+            if global_batch % (dp * microbatch):
+                continue
+            out.append(Layout(dp=dp, tp=tp, pp=pp,
+                              microbatches=global_batch // (dp * microbatch), **options))
+    return out
+
+
+def search(run: Callable[[Layout], ParallelForecast], gpus: int, global_batch: int,
+           microbatch: int, **options) -> list[ParallelForecast]:
+    """Forecast every candidate ``run`` accepts (layouts the model cannot take, e.g. tp not
+    dividing the heads, are skipped); fitting layouts first, each group by step time."""
+    found = []
+    for layout in candidate_layouts(gpus, global_batch, microbatch, **options):
+        try:
+            found.append(run(layout))
+        except TilecastError:
+            continue
+    if not found:
+        raise TilecastError(f"no layout of {gpus} GPUs fits a global batch of {global_batch} "
+                            f"with microbatch {microbatch}")
+    return sorted(found, key=lambda f: (not f.fits, f.step_ms))

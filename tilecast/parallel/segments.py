@@ -1,0 +1,200 @@
+"""Per-segment (prologue, each transformer layer, epilogue) costs of one tensor-parallel rank."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import onnx
+
+from ..analyzer.analysis import NodeResult
+from ..analyzer.forecast import KernelForecast
+from ..analyzer.training import trainable
+from .structure import EPILOGUE, PROLOGUE, Structure
+from .tensor import Roles, segment_of
+
+FLOAT = ("float", "bfloat")
+
+
+@dataclass
+class Segment:
+    """Sums over one segment for one microbatch (update and parameters: once per step)."""
+
+    fwd_ms: float = 0.0
+    bwd_ms: float = 0.0
+    update_ms: float = 0.0
+    update_bytes: float = 0.0  # optimizer traffic (for a fused multi-tensor optimizer)
+    fwd_flops: float = 0.0
+    bwd_flops: float = 0.0
+    param_elems: float = 0.0  # per tensor-parallel rank
+    param_bytes: float = 0.0
+    activation_bytes: float = 0.0  # saved for the backward, per microbatch
+    hidden_bytes: float = 0.0  # the hidden state between layers (p2p, recomputation)
+    tp_fwd: list[tuple[str, float]] = field(default_factory=list)  # (op, bytes) per call
+    tp_bwd: list[tuple[str, float]] = field(default_factory=list)
+
+    def copy(self) -> Segment:
+        out = Segment()
+        out.add(self)
+        return out
+
+    def add(self, other: Segment) -> None:
+        """Sum ``other`` into this segment (hidden state: the larger of the two)."""
+        for name in SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.hidden_bytes = max(self.hidden_bytes, other.hidden_bytes)
+        self.tp_fwd.extend(other.tp_fwd)
+        self.tp_bwd.extend(other.tp_bwd)
+
+
+SUMMED = ("fwd_ms", "bwd_ms", "update_ms", "update_bytes", "fwd_flops", "bwd_flops",
+          "param_elems", "param_bytes", "activation_bytes")
+
+
+def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
+    """Initializer name -> key shared by aliases of one weight (tied embeddings are exported
+    as two placeholders pointing at the same external data)."""
+    out = {}
+    for init in proto.graph.initializer:
+        ext = tuple((e.key, e.value) for e in init.external_data if e.key != "length")
+        out[init.name] = repr(ext) if ext and init.data_location == 1 else init.name
+    return out
+
+
+def _aliases(results: Sequence[NodeResult], keys: Mapping[str, str]) -> set[str]:
+    """Parameters that are a second name of a weight already seen (a tied embedding): one
+    weight, one optimizer state."""
+    _, params = trainable(results)
+    seen, out = set(), set()
+    for name in params:
+        key = keys.get(name, name)
+        if key in seen:
+            out.add(name)
+        seen.add(key)
+    return out
+
+
+def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
+                 index: Mapping[str, int], owner: Mapping[str, int], aliases: set[str]
+                 ) -> None:
+    for kf in kernels:
+        k = kf.kernel
+        if k.phase == "update" and k.name.rsplit(".", 1)[0] in aliases:
+            continue
+        seg = segs[segment_of(k, s, index, owner)]
+        if k.phase == "forward":
+            seg.fwd_ms += kf.latency_ms
+            seg.fwd_flops += k.flops
+        elif k.phase == "backward":
+            seg.bwd_ms += kf.latency_ms
+            seg.bwd_flops += k.flops
+        else:
+            seg.update_ms += kf.latency_ms
+            seg.update_bytes += k.bytes
+
+
+def _add_params(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
+                tp: int, keys: Mapping[str, str]) -> None:
+    _, params = trainable(results)
+    seen: set[str] = set()
+    for i, res in enumerate(results):
+        for t in res.node.inputs:
+            if t is None or t.name not in params or keys.get(t.name, t.name) in seen:
+                continue
+            seen.add(keys.get(t.name, t.name))
+            div = tp if t.name in r.split_tensors else 1
+            seg = segs[s.segment(i)]
+            seg.param_elems += t.numel / div
+            seg.param_bytes += t.nbytes / div
+
+
+def _saves_input(res: NodeResult, name: str) -> bool:
+    """Whether autograd keeps input ``name`` of this consumer for its backward: not for
+    adds, dropouts (they keep a mask), softmax (it keeps its output) or scaling by a
+    constant."""
+    node = res.node
+    if node.op_type in ("Add", "Sub", "Dropout", "Softmax"):
+        return False
+    if node.op_type in ("Mul", "Div"):
+        other = [t for t in node.inputs if t is not None and t.name != name]
+        return not (other and other[0].is_initializer and other[0].numel <= 1)
+    return True
+
+
+def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
+                     tp: int) -> None:
+    """Tensors saved for the backward, per microbatch (views followed to their source)."""
+    consumers: dict[str, list[int]] = defaultdict(list)
+    for j, res in enumerate(results):
+        for t in res.node.inputs:
+            if t is not None:
+                consumers[t.name].append(j)
+
+    def saved(name: str) -> bool:
+        for j in consumers.get(name, ()):
+            res = results[j]
+            if res.outcome == "zero" and res.node.op_type != "Dropout":
+                if any(saved(o.name) for o in res.node.outputs):
+                    return True
+            elif _saves_input(res, name):
+                return True
+        return False
+
+    for i, res in enumerate(results):
+        node = res.node
+        if res.outcome != "costed" and node.op_type != "Dropout":
+            continue
+        t = node.outputs[0]
+        if t.shape is None or not t.dtype.startswith(FLOAT):
+            continue
+        div = tp if (i in r.split or i in r.column) else 1
+        seg = segs[s.segment(i)]
+        if node.op_type == "Dropout":
+            seg.activation_bytes += t.numel / div  # the one-byte mask
+        if node.op_type == "Softmax" or saved(t.name):
+            seg.activation_bytes += t.nbytes / div
+
+
+def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structure,
+                        sequence_parallel: bool) -> None:
+    pair = (("reduce-scatter", 1.0), ("all-gather", 1.0)) if sequence_parallel else \
+        (("all-reduce", 1.0),)
+    for b in s.blocks:
+        seg = segs[s.segment(b.row)]
+        out = results[b.row].node.outputs[0].nbytes
+        inp = next((t.nbytes for t in results[b.column[0]].node.inputs
+                    if t is not None and not t.is_initializer and t.shape is not None), 0)
+        seg.hidden_bytes = max(seg.hidden_bytes, out)
+        seg.tp_fwd.extend((op, out) for op, _ in pair)
+        seg.tp_bwd.extend((op, inp) for op, _ in pair)
+    for i in s.vocab_gathers:
+        segs[s.segment(i)].tp_fwd.append(("all-reduce", results[i].node.outputs[0].nbytes))
+    if s.lm_head is not None:
+        x = results[s.lm_head].node.inputs[0]
+        segs[s.segment(s.lm_head)].tp_bwd.append(("all-reduce", x.nbytes))
+
+
+def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecast],
+                  s: Structure, r: Roles, tp: int, proto: onnx.ModelProto,
+                  sequence_parallel: bool) -> dict[int | str, Segment]:
+    segs: dict[int | str, Segment] = defaultdict(Segment)
+    index = {res.node.name: i for i, res in enumerate(results)}
+    owner: dict[str, int] = {}
+    for i, res in enumerate(results):
+        for t in res.node.inputs:
+            if t is not None:
+                owner.setdefault(t.name, i)
+    keys = shared_weights(proto)
+    _add_kernels(segs, kernels, s, index, owner, _aliases(results, keys))
+    _add_params(segs, results, s, r, tp, keys)
+    _add_activations(segs, results, s, r, tp)
+    if tp > 1:
+        _add_tp_collectives(segs, results, s, sequence_parallel)
+    else:
+        for b in s.blocks:
+            seg = segs[s.segment(b.row)]
+            seg.hidden_bytes = max(seg.hidden_bytes, results[b.row].node.outputs[0].nbytes)
+    for key in (PROLOGUE, EPILOGUE, *range(s.layers)):
+        segs[key]  # noqa: B018  (every segment exists, empty or not)
+    return dict(segs)

@@ -1,0 +1,144 @@
+"""From per-layer costs to per-stage ranks: pipeline, tensor- and data-parallel collectives,
+optimizer step and memory."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+
+from ..analyzer.types import DTYPE_SIZE
+from .cluster import Cluster
+from .collectives import collective_cost, group_span
+from .forecast import GIB, CollectiveForecast, Memory, RankForecast
+from .layout import Layout
+from .schedule import balanced_stages, one_f_one_b, overlapped_allreduce
+from .segments import Segment
+
+MB = 2**20  # DDP's bucket_cap_mb is in MiB
+# Optimizer state bytes per parameter beyond weights and gradients (Rajbhandari et al.,
+# "ZeRO", SC'20, section 3.1: mixed-precision Adam keeps an fp32 master copy, momentum and
+# variance = 12 bytes; in fp32 the weights are the master copy: momentum + variance = 8).
+OPTIMIZER_BYTES = {("adam", True): 12, ("adam", False): 8, ("sgd", True): 8,
+                   ("sgd", False): 4, ("none", True): 4, ("none", False): 0}
+
+
+def _stage(units: Sequence[Segment]) -> Segment:
+    out = Segment()
+    for u in units:
+        out.add(u)
+    return out
+
+
+def _tp_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
+                    ) -> list[CollectiveForecast]:
+    span = group_span(layout.tp, 1, cl.gpus_per_node)
+    out = []
+    for phase, calls in (("forward", seg.tp_fwd), ("backward", seg.tp_bwd)):
+        for (op, nbytes), n in sorted(Counter(calls).items()):
+            c = collective_cost(op, nbytes, span, cl)
+            out.append(CollectiveForecast(f"tp.{phase}.{op}.{int(nbytes)}", op, "tp", phase,
+                                          int(nbytes), layout.tp, n * layout.microbatches,
+                                          c.latency_ms, c.algorithm, c.link, True, stage))
+    return out
+
+
+def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
+            optimizer: str, layers: int) -> Memory:
+    dp, z = layout.dp, layout.zero
+    weights = seg.param_bytes / (dp if z >= 3 else 1)
+    grads = seg.param_bytes / (dp if z >= 2 else 1)
+    opt = seg.param_elems * OPTIMIZER_BYTES[(optimizer, mixed)] / (dp if z >= 1 else 1)
+    in_flight = min(layout.microbatches, layout.pp - stage)  # 1F1B (Narayanan et al. 2021)
+    if layout.recompute:  # layer inputs kept, one layer's activations rebuilt at a time
+        per_mb = seg.hidden_bytes * layers + seg.activation_bytes / max(layers, 1)
+    else:
+        per_mb = seg.activation_bytes
+    return Memory(weights, grads, opt, per_mb * in_flight, cl.device.memory_gb * GIB)
+
+
+def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, cl: Cluster,
+        stage: int) -> tuple[float, list[CollectiveForecast]]:
+    """Exposed data-parallel time after the last backward and its collectives."""
+    if layout.dp == 1:
+        return 0.0, []
+    span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
+    op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
+    # The backward visits the layers last to first; its tensor-parallel all-reduces and
+    # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
+    scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
+    grads, t = [], 0.0
+    for u in reversed(layers):
+        t += u.bwd_ms * scale
+        grads.append((t, u.param_bytes))
+    end, buckets, _ = overlapped_allreduce(
+        grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
+    bucket = seg.param_bytes / max(buckets, 1)
+    c = collective_cost(op, bucket, span, cl)
+    colls = [CollectiveForecast(f"dp.grad.{op}", op, "dp", "backward", int(bucket), layout.dp,
+                                buckets, c.latency_ms, c.algorithm, c.link, False, stage)]
+    exposed = max(0.0, end - bwd_ms)
+    if layout.zero >= 1:  # the updated shards are gathered back
+        ag = collective_cost("all-gather", seg.param_bytes, span, cl)
+        colls.append(CollectiveForecast("dp.param.all-gather", "all-gather", "dp", "update",
+                                        int(seg.param_bytes), layout.dp, 1, ag.latency_ms,
+                                        ag.algorithm, ag.link, True, stage))
+        exposed += ag.latency_ms
+    if layout.zero >= 3:  # FSDP gathers each layer's weights again in forward and backward
+        ag = collective_cost("all-gather", seg.param_bytes, span, cl).latency_ms
+        fwd = seg.fwd_ms * layout.microbatches
+        exposed += max(0.0, ag * layout.microbatches - fwd)
+    return exposed, colls
+
+
+def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
+                ) -> tuple[float, float, float, list[CollectiveForecast]]:
+    """(forward ms, backward ms, per-step communication ms, collectives) of one microbatch
+    on stage ``i``: tensor-parallel collectives are synchronous, so they add to the
+    compute; the stage sends activations forward and gradients back."""
+    M = layout.microbatches
+    colls = _tp_collectives(seg, layout, cl, i)
+    tp_f = sum(c.total_ms for c in colls if c.phase == "forward")
+    tp_b = sum(c.total_ms for c in colls if c.phase == "backward")
+    if layout.recompute:  # the forward runs again, its all-reduces too
+        tp_b += tp_f
+        bwd = seg.bwd_ms + seg.fwd_ms + tp_b / M
+    else:
+        bwd = seg.bwd_ms + tp_b / M
+    fwd = seg.fwd_ms + tp_f / M
+    # each of the v chunks on a GPU sends forward and back (the first and last chunk once)
+    v = layout.virtual_stages
+    sends = 2 * v - (i == 0) - (i == layout.pp - 1) if layout.pp > 1 else 0
+    p2p = collective_cost("send-recv", seg.hidden_bytes,
+                          group_span(2, layout.tp * layout.dp, cl.gpus_per_node), cl)
+    if sends:
+        colls.append(CollectiveForecast(
+            "pp.activation.send-recv", "send-recv", "pp", "forward", int(seg.hidden_bytes),
+            2, sends * M, p2p.latency_ms, p2p.algorithm, p2p.link, True, i))
+    return fwd, bwd + sends * p2p.latency_ms, tp_f + tp_b + sends * p2p.latency_ms * M, colls
+
+
+def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_per_byte,
+                 dtype: str, optimizer: str) -> tuple[list[RankForecast], list]:
+    cuts = balanced_stages([u.fwd_ms + u.bwd_ms for u in units], layout.pp)
+    stages = [_stage(units[a:b]) for a, b in cuts]
+    mixed = DTYPE_SIZE.get(dtype, 4) < 4
+    collectives: list[CollectiveForecast] = []
+    times = [_stage_time(seg, i, layout, cl) for i, seg in enumerate(stages)]
+    pipe = one_f_one_b([f + b for f, b, _, _ in times], layout.microbatches,
+                       layout.virtual_stages)
+    ranks = []
+    for i, (seg, (a, b)) in enumerate(zip(stages, cuts, strict=True)):
+        _fwd, bwd, comm, colls = times[i]
+        collectives.extend(colls)
+        dp_exposed, dp_colls = _dp(seg, bwd, units[a:b], layout, cl, i)
+        collectives.extend(dp_colls)
+        update = seg.update_ms / (layout.dp if layout.zero >= 1 else 1)
+        if clip_ms_per_byte is not None:
+            update += clip_ms_per_byte * seg.param_bytes
+        flops = (seg.fwd_flops * (2 if layout.recompute else 1) + seg.bwd_flops) \
+            * layout.microbatches
+        ranks.append(RankForecast(
+            i, (a, b), pipe.busy_ms[i] - comm, comm + dp_exposed,
+            pipe.total_ms - pipe.busy_ms[i], update, pipe.total_ms + dp_exposed + update,
+            flops, _memory(seg, layout, cl, i, mixed, optimizer, b - a)))
+    return ranks, collectives

@@ -1,0 +1,143 @@
+"""Megatron-style tensor parallelism: the per-rank kernels of a recognized graph.
+
+Shoeybi et al., "Megatron-LM: Training Multi-Billion Parameter Language Models Using Model
+Parallelism" (2019), section 3: the first linear of each block is split by columns (its output
+width N / T: Q, K, V heads, MLP up), the second by rows (its contraction K / T: attention output
+projection, MLP down); everything between them works on 1/T of the heads or features. The word
+embedding and the LM head are split over the vocabulary. Per block, one all-reduce of the
+block's output in the forward pass (after the row-parallel linear) and one of the block input's
+gradient in the backward pass (before the column-parallel linear); one more each for the
+embedding (forward) and the LM head (backward). With sequence parallelism (Korthikanti et al.,
+"Reducing Activation Recomputation in Large Transformer Models", 2022) each all-reduce becomes a
+reduce-scatter plus an all-gather and the layer norms, dropouts and residual adds between the
+blocks are split over the sequence as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from ..analyzer.analysis import NodeResult
+from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims
+from ..errors import TilecastError
+from .structure import EPILOGUE, PROLOGUE, Structure
+
+
+@dataclass(frozen=True)
+class Roles:
+    """What tensor parallelism does to each node (by index) and tensor (by name)."""
+
+    column: frozenset[int]
+    row: frozenset[int]
+    split: frozenset[int]  # every FLOP and byte divided by T
+    split_tensors: frozenset[str]  # parameters and activations held as 1/T per rank
+
+
+def roles(results: Sequence[NodeResult], s: Structure, sequence_parallel: bool) -> Roles:
+    column = {i for b in s.blocks for i in b.column}
+    row = {b.row for b in s.blocks}
+    split = {i for b in s.blocks for i in b.inner} | set(s.head_region)
+    if s.lm_head is not None:
+        column.add(s.lm_head)
+    if sequence_parallel:  # norms, dropouts, residual adds between the blocks
+        split |= {i for i in range(len(results)) if isinstance(s.segment(i), int)
+                  and i not in column and i not in row}
+    tensors = {t.name for i in split for t in results[i].node.outputs}
+    for i in column:  # weight and bias of a column-parallel linear, and its output
+        tensors.update(t.name for t in results[i].node.inputs[1:] if t is not None
+                       and t.is_initializer)
+        tensors.update(t.name for t in results[i].node.outputs)
+    for i in row:
+        w = results[i].node.input(1)
+        if w is not None and w.is_initializer:
+            tensors.add(w.name)
+    for i in s.vocab_gathers:
+        tensors.add(results[i].node.inputs[0].name)
+    return Roles(frozenset(column), frozenset(row), frozenset(split), frozenset(tensors))
+
+
+def check_divisible(results: Sequence[NodeResult], s: Structure, tp: int) -> None:
+    for b in s.blocks:
+        if b.heads and b.heads % tp:
+            raise TilecastError(f"tp={tp} does not divide the {b.heads} attention heads of "
+                                f"the block at node '{results[b.row].node.name}'")
+        for i in b.column:
+            mm = results[i].cost.matmul
+            if mm is not None and mm.n % tp:
+                raise TilecastError(f"tp={tp} does not divide the output width {mm.n} of "
+                                    f"node '{results[i].node.name}'")
+
+
+def _volume(d: MatmulDims) -> int:
+    return d.b * d.m * d.n * d.k
+
+
+def _bytes(d: MatmulDims) -> int:
+    return d.b * (d.m * d.k + d.k * d.n + d.m * d.n)
+
+
+def _split_matmul(c: OpCost, d: MatmulDims, tp: int) -> OpCost:
+    old = c.matmul
+    return replace(c, matmul=d, flops=c.flops * _volume(d) // max(_volume(old), 1),
+                   bytes=c.bytes * _bytes(d) // max(_bytes(old), 1),
+                   elements=d.b * d.m * d.n)
+
+
+def _divided(c: OpCost, tp: int) -> OpCost:
+    mm = c.matmul
+    if mm is not None:
+        mm = replace(mm, b=mm.b // tp) if mm.b % tp == 0 else replace(mm, m=max(mm.m // tp, 1))
+    rows = None if c.rows is None else RowDims(max(c.rows.rows // tp, 1), c.rows.cols)
+    return replace(c, flops=c.flops // tp, bytes=c.bytes // tp, elements=c.elements // tp,
+                   matmul=mm, rows=rows)
+
+
+def _linear(k: Kernel, fwd: MatmulDims, column: bool, tp: int) -> OpCost:
+    """Split one kernel of a column- or row-parallel linear. The backward kernels permute the
+    forward's dims (training.py: dA = (b, m, k, n), dB = (b, k, n, m)); the split dim is the
+    forward's N (column) or K (row) wherever it went."""
+    c, d = k.cost, k.cost.matmul
+    if d is None:  # the bias gradient of a column-parallel linear
+        return _divided(c, tp) if column else c
+    if (d.m, d.n, d.k) == (fwd.m, fwd.n, fwd.k):  # forward
+        new = replace(d, n=d.n // tp) if column else replace(d, k=d.k // tp)
+    elif (d.m, d.n, d.k) == (fwd.m, fwd.k, fwd.n):  # dA
+        new = replace(d, k=d.k // tp) if column else replace(d, n=d.n // tp)
+    else:  # dB
+        new = replace(d, n=d.n // tp) if column else replace(d, m=d.m // tp)
+    return _split_matmul(c, new, tp)
+
+
+def _rank_cost(k: Kernel, i: int | None, results: Sequence[NodeResult], r: Roles,
+               tp: int) -> OpCost:
+    if i is None:  # a gradient sum or an optimizer update of a tensor: split if it is
+        return _divided(k.cost, tp) if k.name.rsplit(".", 1)[0] in r.split_tensors else k.cost
+    if i in r.column or i in r.row:
+        fwd = results[i].cost.matmul
+        if fwd is not None and (k.family == "matmul" or k.cost.matmul is None):
+            return _linear(k, fwd, i in r.column, tp)
+        return k.cost
+    return _divided(k.cost, tp) if i in r.split else k.cost
+
+
+def shard_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], r: Roles,
+                  index: Mapping[str, int], tp: int) -> list[Kernel]:
+    """The kernels one tensor-parallel rank runs."""
+    if tp == 1:
+        return list(kernels)
+    return [replace(k, cost=_rank_cost(k, index.get(k.nodes[0]) if k.nodes else None,
+                                       results, r, tp)) for k in kernels]
+
+
+def segment_of(k: Kernel, s: Structure, index: Mapping[str, int],
+               owner: Mapping[str, int]) -> int | str:
+    """Layer (or PROLOGUE/EPILOGUE) of a kernel: its node's, or for a gradient sum / update
+    of a tensor, that of the node that first reads the tensor."""
+    if k.nodes and k.nodes[0] in index:
+        return s.segment(index[k.nodes[0]])
+    i = owner.get(k.name.rsplit(".", 1)[0])
+    return s.segment(i) if i is not None else PROLOGUE
+
+
+__all__ = ["Roles", "roles", "shard_kernels", "segment_of", "check_divisible", "EPILOGUE"]
