@@ -20,10 +20,14 @@ from ..device_db.device import Device
 from ..errors import PredictorError
 from . import features as ft
 from . import tiles as tl
-from .export import ARTIFACT_NAME, SCHEMA_VERSION, io_names
+from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
 from .routing import Parts, Routed, route
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
+# A kernel counts as clamped when a utilization is within this factor of the envelope floor.
+CLAMP_MARGIN = 1.05
+# A feature within this fraction of its training span outside the range is not extrapolation.
+RANGE_TOLERANCE = 0.02
 
 
 def _session(path: Path):
@@ -72,6 +76,9 @@ class OnnxPredictor:
         self.metadata = meta
         self.trained_dtypes = set(json.loads(meta.get("training_dtypes", '["float32"]')))
         self.trained_vendors = set(json.loads(meta.get("training_vendors", '["nvidia"]')))
+        self.u_floor = {k: float(v) for k, v in json.loads(meta["u_floor"]).items()}
+        self.ranges = {fam: (np.asarray(lo), np.asarray(hi)) for fam, (lo, hi)
+                       in json.loads(meta["feature_ranges"]).items()}
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = route(kernels)
@@ -80,23 +87,32 @@ class OnnxPredictor:
         for fam, (f, _) in feats.items():
             io = io_names(fam)
             feed[io["features"]] = f.x
-            feed[io["work_ms"]] = f.work_ms.astype(np.float32)
-            feed[io["launch_ms"]] = f.launch_ms.astype(np.float32)
-        names = [io_names(fam)[k] for fam in feats for k in ("latency_ms", "fixed_ms")]
+            for term in TERMS:
+                feed[io[term]] = getattr(f, term).astype(np.float32)
+        keys = ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms")
+        names = [io_names(fam)[k] for fam in feats for k in keys]
         outs = dict(zip(names, self.session.run(names, feed), strict=True))
         n = len(kernels)
-        acc = {k: np.zeros(n) for k in ("latency", "compute", "memory", "fixed")}
+        acc = {k: np.zeros(n) for k in ("latency", "gpu", "compute", "memory", "fixed")}
+        clamped = np.zeros(n, dtype=bool)
         tiles = np.full(n, None, dtype=object)
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
-            for key, values in (("latency", outs[io["latency_ms"]]), ("compute", f.compute_ms),
-                                ("memory", f.memory_ms), ("fixed", outs[io["fixed_ms"]])):
+            u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
+            for key, values in (("latency", outs[io["latency_ms"]]),
+                                ("gpu", outs[io["gpu_ms"]]),
+                                ("compute", f.compute_ms / u_c),
+                                ("memory", (f.dram_ms + f.cached_ms) / u_m),
+                                ("fixed", outs[io["fixed_ms"]])):
                 np.add.at(acc[key], p.kernel, values)
+            at_floor = np.minimum(u_c, u_m) <= self.u_floor[fam] * CLAMP_MARGIN
+            np.logical_or.at(clamped, p.kernel, at_floor)
             tiles[p.kernel[p.primary]] = tile[p.primary]
-        bound = bounds(acc["compute"], acc["memory"], acc["fixed"])
-        extrapolated = self._extrapolated(routed, device)
+        fixed = np.maximum(acc["fixed"], acc["latency"] - acc["gpu"] + acc["fixed"])
+        bound = bounds(acc["compute"], acc["memory"], fixed)
+        extrapolated = self._extrapolated(routed, feats, device)
         return list(map(Prediction, acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
-                        extrapolated.tolist()))
+                        extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist()))
 
     def _features(self, family: str, p: Parts, device: Device) -> tuple[ft.Features, np.ndarray]:
         n = len(p.kernel)
@@ -108,7 +124,7 @@ class OnnxPredictor:
             tile, split = self.tile_table.select(device.arch, p.layout, x)
             tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
-                              p.rows, p.cols, tm, tn, split)
+                              p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
         f = ft.build_features(family, kc, dc)
         if family == "matmul":
             tile = tl.tile_labels(tile, split)
@@ -116,13 +132,18 @@ class OnnxPredictor:
             tile = row_tile_strings(family, kc)
         return f, tile
 
-    def _extrapolated(self, routed: Routed, device: Device) -> np.ndarray:
-        """Outside what the models were trained and validated on."""
+    def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
+        """Outside what the models were trained on: a feature beyond its training range (by
+        more than rounding), a dtype or vendor with no data, an estimated cost."""
         out = routed.estimated | ~np.isin(routed.dtype, list(self.trained_dtypes))
         if device.vendor not in self.trained_vendors:
             out[:] = True
-        for p in routed.parts.values():
-            out[p.kernel[p.fallback]] = True
+        for fam, (f, _) in feats.items():
+            lo, hi = self.ranges[fam]
+            span = np.maximum(hi - lo, 1e-6) * RANGE_TOLERANCE
+            outside = ((f.x < lo - span) | (f.x > hi + span)).any(axis=1)
+            p = routed.parts[fam]
+            np.logical_or.at(out, p.kernel, outside & ~p.bytewise)
         return out
 
 
