@@ -158,8 +158,8 @@ def tile_accuracy(data_dirs: Sequence[Path | str], predictor_path: Path | str | 
     """How often the predictor's tile selection matches what ran, per GPU and op, on the
     held-out shapes whose kernel name carries a tile."""
     from . import tiles as tl
-    from .prepare import matmul_tree_inputs, measured_tiles, resolve_devices
     from .predictor import OnnxPredictor
+    from .prepare import matmul_tree_inputs, measured_tiles, resolve_devices
 
     table = OnnxPredictor(predictor_path).tile_table
     s = load_eval(data_dirs)

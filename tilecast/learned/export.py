@@ -6,6 +6,7 @@ Per family ``<f>`` (matmul, elementwise, softmax, layernorm) the graph has::
     <f>_compute_ms  float32 [N_f]       FLOPs at the peak in whole waves (features.py)
     <f>_dram_ms     float32 [N_f]       bytes beyond the L2 at the DRAM bandwidth
     <f>_cached_ms   float32 [N_f]       bytes the L2 holds, at the DRAM bandwidth
+    <f>_wave_ms     float32 [N_f]       whole waves of full-block bytes at the DRAM bandwidth
     <f>_waves       float32 [N_f]       waves of thread blocks
     <f>_launch_ms   float32 [N_f]       the device's launch overhead
       -> <f>_latency_ms  eager latency: smooth max of host dispatch and GPU time
@@ -31,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .model import FIXED_MAX, HEADS, P_BUSY, Q_HOST, SETUP_MAX
+from .model import FIXED_MAX, HEADS, KNEE_SCALE, P_BUSY, Q_HOST, SETUP_MAX
 
 SCHEMA_VERSION = "2"  # 2: monotone work-term form, host dispatch, utilization floor
 OPSET = 17
@@ -39,7 +40,7 @@ IR_VERSION = 8  # readable by onnxruntime >= 1.14
 ARTIFACT_NAME = "tilecast_predictor.onnx"
 # Logits are clipped as in model.py.
 Z_LIMIT = 30.0
-TERMS = ("compute_ms", "dram_ms", "cached_ms", "waves", "launch_ms")
+TERMS = ("compute_ms", "dram_ms", "cached_ms", "wave_ms", "waves", "launch_ms")
 OUTPUTS = ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms")
 
 
@@ -88,7 +89,8 @@ def _node(nodes: list, op: str, ins: list[str], out: str, **attrs) -> str:
 def _smooth_max(nodes: list, inits: list, a: str, b: str, power: float, out: str) -> str:
     """(a^p + b^p)^(1/p), scaled by max(a, b) so float32 never overflows."""
     m = _node(nodes, "Max", [a, b], out + "_smx")
-    safe = _node(nodes, "Max", [m, _const(inits, out + "_smx_tiny", 1e-30)], out + "_smx_safe")
+    tiny = _const(inits, out + "_smx_tiny", 1e-30)
+    safe = _node(nodes, "Max", [m, tiny], out + "_smx_safe")
     p = _const(inits, out + "_smx_p", power)
     ra = _node(nodes, "Pow", [_node(nodes, "Div", [a, safe], out + "_smx_ra"), p], out + "_smx_pa")
     rb = _node(nodes, "Pow", [_node(nodes, "Div", [b, safe], out + "_smx_rb"), p], out + "_smx_pb")
@@ -123,17 +125,31 @@ def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
     nodes: list = []
     inits: list = []
     z = _mlp(w, p, io, nodes, inits)
-    sig = {}
+    sig, logits = {}, {}
     for j, head in enumerate(HEADS):
         idx = _index(inits, f"{p}col_{head}", j)
-        logit = _node(nodes, "Gather", [z, idx], f"{p}logit_{head}", axis=1)
-        sig[head] = _node(nodes, "Sigmoid", [logit], f"{p}sig_{head}")
+        logits[head] = _node(nodes, "Gather", [z, idx], f"{p}logit_{head}", axis=1)
+        sig[head] = _node(nodes, "Sigmoid", [logits[head]], f"{p}sig_{head}")
     floor = _const(inits, p + "u_floor", w.u_floor)
     span = _const(inits, p + "u_span", 1.0 - w.u_floor)
+    mem = _node(nodes, "Add", [io["dram_ms"], io["cached_ms"]], p + "mem_work")
     u = {}
-    for head, out in (("u_compute", io["u_compute"]), ("u_memory", io["u_memory"])):
+    for head, out, work in (("u_compute", io["u_compute"], io["compute_ms"]),
+                            ("u_memory", io["u_memory"], mem)):
+        what = head.split("_")[1]
         scaled = _node(nodes, "Mul", [sig[head], span], f"{p}{head}_scaled")
-        u[head] = _node(nodes, "Add", [scaled, floor], out)
+        u_max = _node(nodes, "Add", [scaled, floor], f"{p}{head}_max")
+        # exp(-beta * softplus(knee - log work)), work clamped at exp(-40) as in model.py
+        lw = _node(nodes, "Log", [_node(nodes, "Max", [work, _const(
+            inits, f"{p}{what}_tiny", float(np.exp(-40.0)))], f"{p}{what}_pos")], f"{p}{what}_lw")
+        knee = _node(nodes, "Mul", [logits[f"knee_{what}"], _const(
+            inits, f"{p}{what}_kscale", KNEE_SCALE)], f"{p}{what}_knee")
+        gap = _node(nodes, "Softplus", [_node(nodes, "Sub", [knee, lw], f"{p}{what}_gap0")],
+                    f"{p}{what}_gap")
+        drop = _node(nodes, "Mul", [sig[f"slope_{what}"], gap], f"{p}{what}_drop")
+        lifted = _node(nodes, "Mul", [u_max, _node(nodes, "Exp", [_node(
+            nodes, "Neg", [drop], f"{p}{what}_negdrop")], f"{p}{what}_fall")], f"{p}{what}_u0")
+        u[head] = _node(nodes, "Max", [lifted, floor], out)
     one = _const(inits, p + "one", 1.0)
     setup = _node(nodes, "Mul", [io["launch_ms"], _node(
         nodes, "Mul", [sig["setup"], _const(inits, p + "setup_max", SETUP_MAX)],
@@ -146,8 +162,10 @@ def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
         _node(nodes, "Div", [io["compute_ms"], u["u_compute"]], p + "compute_busy"),
         _node(nodes, "Mul", [io["waves"], setup], p + "setup_busy")], p + "busy_c")
     cached = _node(nodes, "Mul", [io["cached_ms"], sig["r_cache"]], p + "cached_cost")
-    busy_m = _node(nodes, "Div", [_node(nodes, "Add", [io["dram_ms"], cached], p + "mem_ms"),
-                                  u["u_memory"]], p + "busy_m")
+    stream = _node(nodes, "Div", [_node(nodes, "Add", [io["dram_ms"], cached], p + "mem_ms"),
+                                  u["u_memory"]], p + "stream_ms")
+    wave = _node(nodes, "Mul", [io["wave_ms"], sig["wave_rate"]], p + "wave_cost")
+    busy_m = _smooth_max(nodes, inits, stream, wave, P_BUSY, p + "busy_m")
     busy = _smooth_max(nodes, inits, busy_c, busy_m, P_BUSY, p + "busy")
     gpu = _node(nodes, "Add", [fixed, busy], io["gpu_ms"])
     amd_idx = _index(inits, p + "amd_col",

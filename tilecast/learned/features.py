@@ -7,8 +7,11 @@ grows, so a forecast can never fall when the batch, rows, elements or M/N/K grow
 
     compute_ms  FLOPs at the peak, as whole waves of thread blocks x the FLOPs of one block
                 (matmul: waves x 2 tm tn ceil(K / split) / per-SM peak)
-    dram_ms     bytes beyond what the L2 holds, at the DRAM bandwidth
-    cached_ms   bytes the L2 can hold, at the DRAM bandwidth (the model scales them down)
+    dram_ms     bytes that miss the L2, at the DRAM bandwidth
+    cached_ms   bytes that hit the L2 (a working set that stays resident between runs), at the
+                DRAM bandwidth (the model scales them down)
+    wave_ms     whole waves x the bytes of a full wave of blocks, at the DRAM bandwidth: a
+                partly filled wave takes about as long as a full one (latency-bound blocks)
     waves       waves of thread blocks (a per-wave prologue/epilogue cost)
     launch_ms   the device's launch overhead
 
@@ -179,8 +182,9 @@ class Features:
     family: str
     x: np.ndarray  # float32 (n, len(FEATURES[family]))
     compute_ms: np.ndarray  # FLOPs at the peak, in whole waves of blocks where blocks tile
-    dram_ms: np.ndarray  # bytes beyond the L2 at the DRAM bandwidth
-    cached_ms: np.ndarray  # bytes the L2 holds, at the DRAM bandwidth
+    dram_ms: np.ndarray  # bytes that miss the L2, at the DRAM bandwidth
+    cached_ms: np.ndarray  # bytes that hit the L2, at the DRAM bandwidth
+    wave_ms: np.ndarray  # whole waves of full-block bytes at the DRAM bandwidth
     waves: np.ndarray
     launch_ms: np.ndarray
     roof_compute_ms: np.ndarray  # the plain roofline terms (bound labels, utilization)
@@ -197,8 +201,8 @@ class Features:
 
     def select(self, mask: np.ndarray) -> Features:
         return Features(self.family, *(getattr(self, f)[mask] for f in (
-            "x", "compute_ms", "dram_ms", "cached_ms", "waves", "launch_ms", "roof_compute_ms",
-            "roof_memory_ms")))
+            "x", "compute_ms", "dram_ms", "cached_ms", "wave_ms", "waves", "launch_ms",
+            "roof_compute_ms", "roof_memory_ms")))
 
 
 def _log2(a: np.ndarray) -> np.ndarray:
@@ -212,16 +216,29 @@ def _device_x(kc: KernelColumns, dc: DeviceColumns) -> dict[str, np.ndarray]:
             "base_clock_ratio": dc.base_clock_ratio}
 
 
+def l2_hits(traffic: np.ndarray, l2_bytes: np.ndarray) -> np.ndarray:
+    """Bytes served by the L2 when the kernel runs again on the same tensors (as the
+    measurements and a model's layers do): all of a working set that fits, none of one twice
+    the L2's size, linearly between. Misses (traffic - hits) never decrease as traffic grows."""
+    return np.where(traffic <= l2_bytes, traffic, np.maximum(0.0, 2.0 * l2_bytes - traffic))
+
+
 def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: DeviceColumns,
             compute_s: np.ndarray, traffic: np.ndarray, blocks: np.ndarray,
-            slots: np.ndarray) -> Features:
-    """Split the traffic at the L2 size, count waves, stack ``x`` in ``FEATURES`` order."""
-    cached = np.minimum(traffic, dc.l2_bytes)
-    waves = np.maximum(np.ceil(blocks / (dc.sm_count * slots)), 1.0)
+            slots: np.ndarray, block_bytes: np.ndarray,
+            rereads: np.ndarray | float = 0.0) -> Features:
+    """Split the traffic at the L2, count waves, stack ``x`` in ``FEATURES`` order.
+    ``block_bytes``: DRAM bytes of one full block (fixed by the block shape, not the size);
+    ``rereads``: bytes a block reads again soon after its first read (served by the L2)."""
+    hits = l2_hits(traffic, dc.l2_bytes)
+    capacity = dc.sm_count * slots
+    waves = np.maximum(np.ceil(blocks / capacity), 1.0)
     cols = np.stack([x[name] for name in FEATURES[family]], axis=1).astype(np.float32)
-    return Features(family, cols, compute_s * 1e3, (traffic - cached) / dc.bandwidth * 1e3,
-                    cached / dc.bandwidth * 1e3, waves, dc.launch_s * 1e3,
-                    kc.flops / dc.peak_flops * 1e3, kc.bytes / dc.bandwidth * 1e3)
+    return Features(family, cols, compute_s * 1e3, (traffic - hits) / dc.bandwidth * 1e3,
+                    (hits + rereads) / dc.bandwidth * 1e3,
+                    waves * capacity * block_bytes / dc.bandwidth * 1e3,
+                    waves, dc.launch_s * 1e3, kc.flops / dc.peak_flops * 1e3,
+                    kc.bytes / dc.bandwidth * 1e3)
 
 
 def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
@@ -243,7 +260,9 @@ def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
         "log2_split": np.log2(split),
         "layout_tn": np.zeros_like(b) if kc.layout_tn is None else kc.layout_tn,
         "tensor_core": dc.tensor_core}
-    return _finish("matmul", x, kc, dc, compute_s, kc.bytes + partials, blocks, slots)
+    block_bytes = kc.itemsize * ((tm + tn) * np.ceil(k / split) + tm * tn)
+    return _finish("matmul", x, kc, dc, compute_s, kc.bytes + partials, blocks, slots,
+                   block_bytes)
 
 
 def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
@@ -254,26 +273,28 @@ def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
 
 def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     elements = np.maximum(kc.elements, 1.0)
-    blocks, _ = tl.elementwise_tiles(elements, kc.itemsize)
+    blocks, per_block = tl.elementwise_tiles(elements, kc.itemsize)
     slots = _slots(dc, np.full_like(blocks, tl.ELEMENTWISE_THREADS))
+    block_bytes = per_block * kc.bytes / elements
     x = _device_x(kc, dc) | {
         "operands_per_element": kc.bytes / (elements * np.maximum(kc.itemsize, 1e-3)),
         "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
-    return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots)
+    return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
+                   block_bytes)
 
 
 def _row_features(family: str, kc: KernelColumns, dc: DeviceColumns, blocks: np.ndarray,
                   rows_per_block: np.ndarray, threads: np.ndarray, covered: np.ndarray,
                   extra_reads: np.ndarray) -> Features:
     """Row kernels. ``covered``: elements per row the block's (padded) loop walks;
-    ``extra_reads``: passes over the input beyond the first, paid in DRAM traffic for the
-    part of the resident rows that L1 cannot hold."""
+    ``extra_reads``: passes over the input beyond the first; the part of the resident rows
+    that L1 cannot hold is read again from the L2 (the block read it moments before)."""
     cols_ = np.maximum(kc.cols, 1.0)
     slots = _slots(dc, threads)
     resident_rows = np.maximum(slots, 1.0) * rows_per_block
     row_bytes = cols_ * kc.itemsize
     l1_fit = np.minimum(1.0, dc.l1_bytes / (resident_rows * row_bytes))
-    traffic = kc.bytes + extra_reads * (1.0 - l1_fit) * kc.rows * row_bytes
+    rereads = extra_reads * (1.0 - l1_fit) * kc.rows * row_bytes
     # Padded lanes do the work of real ones: FLOPs scale with the covered row length.
     compute_s = kc.flops * np.maximum(covered, cols_) / cols_ / dc.peak_flops
     x = _device_x(kc, dc) | {
@@ -281,7 +302,8 @@ def _row_features(family: str, kc: KernelColumns, dc: DeviceColumns, blocks: np.
         "rows_per_block": rows_per_block / 8.0,
         "lane_efficiency": cols_ / np.maximum(covered, cols_),
         "l1_rows": np.minimum(1.0, dc.l1_bytes / row_bytes)}
-    return _finish(family, x, kc, dc, compute_s, traffic, blocks, slots)
+    block_bytes = rows_per_block * kc.bytes / np.maximum(kc.rows, 1.0)
+    return _finish(family, x, kc, dc, compute_s, kc.bytes, blocks, slots, block_bytes, rereads)
 
 
 def _vector_loop(cols: np.ndarray, threads: np.ndarray, itemsize: np.ndarray) -> np.ndarray:

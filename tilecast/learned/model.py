@@ -5,12 +5,16 @@ feature names; normalization and the physical form are part of the module so the
 A small MLP maps the size-independent features ``x`` (``features.py``) to five bounded
 coefficients; the latency is a fixed form in the non-negative, size-monotone work terms:
 
-    u_c, u_m  = floor + (1 - floor) * sigmoid(h)      compute / memory utilization, in [floor, 1]
+    u_max     = floor + (1 - floor) * sigmoid(h)      compute / memory utilization at large size
+    u_c, u_m  = max(floor, u_max * exp(-beta * softplus(knee - log work)))
+                beta = sigmoid(h) < 1: utilization grows with the kernel's own work up to a
+                knee, but more slowly than the work, so work / u still never decreases
     r_cache   = sigmoid(h)                             cost of an L2-resident byte vs a DRAM byte
     setup_ms  = launch_ms * SETUP_MAX * sigmoid(h)     per-wave prologue / epilogue of the blocks
     fixed_ms  = launch_ms * (1 + FIXED_MAX * sigmoid(h))   launch and one block's latency
+    q_wave    = sigmoid(h)                             a lone wave's bandwidth share vs full
     busy_c    = compute_ms / u_c + waves * setup_ms
-    busy_m    = (dram_ms + r_cache * cached_ms) / u_m
+    busy_m    = smooth max((dram_ms + r_cache * cached_ms) / u_m, q_wave * wave_ms)
     gpu_ms    = fixed_ms + (busy_c^P + busy_m^P)^(1/P)     (a smooth max: compute and memory
                                                             overlap in a pipelined kernel)
     latency_ms = (host_ms^Q + gpu_ms^Q)^(1/Q)          host_ms: the eager per-op dispatch time
@@ -34,7 +38,9 @@ from torch import nn
 
 Z_LIMIT = 30.0  # logit clip, as in export.py
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
-HEADS = ("u_compute", "u_memory", "r_cache", "setup", "fixed")
+HEADS = ("u_compute", "u_memory", "r_cache", "setup", "fixed", "wave_rate",
+         "knee_compute", "slope_compute", "knee_memory", "slope_memory")
+KNEE_SCALE = 4.0  # knee logit -> log(ms) of the size where utilization saturates: +-4 * 30
 SETUP_MAX = 4.0  # launches of per-wave prologue/epilogue, at most
 FIXED_MAX = 20.0  # a kernel's fixed GPU cost: at most 21 launch overheads
 P_BUSY = 4.0  # smooth max of compute and memory time
@@ -86,16 +92,19 @@ class LatencyMLP(nn.Module):
     def log_latency(self, x: torch.Tensor, t: dict[str, torch.Tensor],
                     with_host: bool = True) -> torch.Tensor:
         """log(latency ms) from features ``x`` and log work terms ``t`` (log of compute_ms,
-        dram_ms, cached_ms, waves, launch_ms), computed stably in log space."""
+        dram_ms, cached_ms, wave_ms, waves, launch_ms), computed stably in log space."""
         h = self.heads(x)
         log_sig = nn.functional.logsigmoid
         fl = self.u_floor
-        log_uc = torch.log(fl + (1 - fl) * torch.sigmoid(h[:, 0]))
-        log_um = torch.log(fl + (1 - fl) * torch.sigmoid(h[:, 1]))
+        log_mem = torch.logaddexp(t["dram_ms"], t["cached_ms"])
+        log_uc = _utilization(h[:, 0], h[:, 6], h[:, 7], t["compute_ms"], fl)
+        log_um = _utilization(h[:, 1], h[:, 8], h[:, 9], log_mem, fl)
         log_setup = t["launch_ms"] + np.log(SETUP_MAX) + log_sig(h[:, 3])
         log_fixed = t["launch_ms"] + torch.log1p(FIXED_MAX * torch.sigmoid(h[:, 4]))
         log_bc = torch.logaddexp(t["compute_ms"] - log_uc, t["waves"] + log_setup)
-        log_bm = torch.logaddexp(t["dram_ms"], log_sig(h[:, 2]) + t["cached_ms"]) - log_um
+        log_stream = torch.logaddexp(t["dram_ms"], log_sig(h[:, 2]) + t["cached_ms"]) - log_um
+        log_wave = log_sig(h[:, 5]) + t["wave_ms"]
+        log_bm = torch.logaddexp(P_BUSY * log_stream, P_BUSY * log_wave) / P_BUSY
         log_busy = torch.logaddexp(P_BUSY * log_bc, P_BUSY * log_bm) / P_BUSY
         log_gpu = torch.logaddexp(log_fixed, log_busy)
         if not with_host:
@@ -112,10 +121,19 @@ class LatencyMLP(nn.Module):
         return np.exp(self.log_host_ms.detach().numpy().astype(np.float64))
 
 
+def _utilization(h_max: torch.Tensor, h_knee: torch.Tensor, h_slope: torch.Tensor,
+                 log_work: torch.Tensor, floor: float) -> torch.Tensor:
+    """log u: u_max, lowered below the knee by a power of the work less than 1, >= floor."""
+    log_max = torch.log(floor + (1 - floor) * torch.sigmoid(h_max))
+    lift = torch.clamp(log_work, min=-40.0)  # log(0) = -inf: the floor holds there
+    drop = torch.sigmoid(h_slope) * nn.functional.softplus(KNEE_SCALE * h_knee - lift)
+    return torch.clamp(log_max - drop, min=float(np.log(floor)))
+
+
 def log_terms(f, dtype=torch.float32) -> dict[str, torch.Tensor]:
     """The log work terms of ``features.Features`` as tensors (log 0 = -inf is fine: the
     logaddexp terms then vanish)."""
     with np.errstate(divide="ignore"):
         return {k: torch.from_numpy(np.log(np.asarray(getattr(f, k), np.float64)).astype(
-                np.float32)) for k in ("compute_ms", "dram_ms", "cached_ms", "waves",
-                                       "launch_ms")}
+                np.float32)) for k in ("compute_ms", "dram_ms", "cached_ms", "wave_ms",
+                                       "waves", "launch_ms")}
