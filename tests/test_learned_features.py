@@ -32,17 +32,38 @@ def test_every_feature_is_named_with_units() -> None:
         assert ft.BUILDERS[family] is not None
 
 
+TERMS = ("compute_ms", "dram_ms", "cached_ms", "waves", "launch_ms")
+UNBOUNDED = ("operands_per_element", "rows_per_block", "tile_intensity", "amd",
+             "layout_tn", "tensor_core")
+
+
 @pytest.mark.parametrize("family", sorted(ft.FEATURES))
 def test_features_deterministic_finite_and_ordered(family: str) -> None:
     kc, dc = _columns(), _device_columns(5)
     a, b = ft.build_features(family, kc, dc), ft.build_features(family, kc, dc)
     assert a.names == ft.FEATURES[family]
     assert a.x.dtype == np.float32 and a.x.shape == (5, len(a.names))
-    assert np.array_equal(a.x, b.x) and np.array_equal(a.work_ms, b.work_ms)
-    assert np.isfinite(a.x).all() and (a.work_ms > 0).all()
+    assert np.array_equal(a.x, b.x) and np.array_equal(a.compute_ms, b.compute_ms)
+    assert np.isfinite(a.x).all()
+    assert all((getattr(a, t) >= 0).all() and np.isfinite(getattr(a, t)).all() for t in TERMS)
     assert np.allclose(a.launch_ms, 0.005)  # the device database's 5 us
-    bounded = [i for i, n in enumerate(a.names) if "log2" not in n and n != "operands_per_element"]
+    bounded = [i for i, n in enumerate(a.names) if "log2" not in n and n not in UNBOUNDED]
     assert (a.x[:, bounded] >= 0).all() and (a.x[:, bounded] <= 1 + 1e-6).all()
+
+
+@pytest.mark.parametrize("family", sorted(ft.FEATURES))
+def test_model_inputs_do_not_depend_on_size(family: str) -> None:
+    # Monotonicity rests on this: growing a kernel changes its work terms, never ``x``
+    # (rows for row kernels; batch for matmul and elementwise, at a fixed tile).
+    kc = _columns()
+    big = ft.KernelColumns(**{**kc.__dict__, "b": kc.b * 3, "rows": kc.rows * 3,
+                              "elements": kc.elements * 3, "flops": kc.flops * 3,
+                              "bytes": kc.bytes * 3})
+    small, large = (ft.build_features(family, c, _device_columns(5)) for c in (kc, big))
+    assert np.array_equal(small.x, large.x)
+    for t in ("compute_ms", "dram_ms", "waves"):
+        assert (getattr(large, t) >= getattr(small, t)).all(), t
+    assert (large.dram_ms + large.cached_ms >= small.dram_ms + small.cached_ms).all()
 
 
 def test_roofline_terms_follow_the_device() -> None:
@@ -50,9 +71,11 @@ def test_roofline_terms_follow_the_device() -> None:
     l4 = ft.build_features("matmul", kc, _device_columns(1, "NVIDIA L4"))
     t4 = ft.build_features("matmul", kc, _device_columns(1, "Tesla T4"))
     # FLOPs / peak and bytes / bandwidth, in ms: L4 30.3 TFLOP/s, 300 GB/s.
-    assert l4.compute_ms[0] == pytest.approx(kc.flops[0] / 30.3e12 * 1e3)
-    assert l4.memory_ms[0] == pytest.approx(kc.bytes[0] / 300e9 * 1e3)
-    assert t4.compute_ms[0] > l4.compute_ms[0]
+    assert l4.roof_compute_ms[0] == pytest.approx(kc.flops[0] / 30.3e12 * 1e3)
+    assert l4.roof_memory_ms[0] == pytest.approx(kc.bytes[0] / 300e9 * 1e3)
+    assert t4.roof_compute_ms[0] > l4.roof_compute_ms[0]
+    # Whole waves of whole tiles: never less than the plain roofline.
+    assert l4.compute_ms[0] >= l4.roof_compute_ms[0]
 
 
 def test_fp16_changes_itemsize_feature_and_peak() -> None:
@@ -124,10 +147,14 @@ def test_tile_tree_round_trip_and_prediction() -> None:
 def test_tile_table_uses_nearest_older_generation() -> None:
     leaf = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
                        np.array([0]), ("128x128",))
-    table = tl.TileTable({"ampere/nn": leaf, "ampere/tn": leaf}, {})
+    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
+                      np.array([0]), ("1",))
+    table = tl.TileTable({"ampere/nn": leaf, "ampere/tn": leaf, "ampere/nn/split": one,
+                          "ampere/tn/split": one}, {})
     x = tl.tree_features(np.array([8]), np.array([512]), np.array([512]), np.array([64]),
                          np.array([58]))
-    assert table.select("ada", np.array(["nn"], dtype=object), x)[0] == "128x128"
+    tiles, splits = table.select("ada", np.array(["nn"], dtype=object), x)
+    assert tiles[0] == "128x128" and splits[0] == 1
     assert table.tree_for("hopper", "tn") is leaf
 
 

@@ -22,19 +22,21 @@ def _bare_session():
     return ort.InferenceSession(str(ARTIFACT), providers=["CPUExecutionProvider"])
 
 
-def _documented_elementwise_row() -> tuple[np.ndarray, float, float]:
+def _documented_elementwise_row() -> tuple[np.ndarray, dict[str, float]]:
     """docs/predictor.md's worked example, computed by hand from the documented formulas:
     an fp32 Add of 2**24 elements on the NVIDIA L4 (58 SMs, Ada: 1536 threads and 24 blocks
-    per SM, 48 MiB L2, 300 GB/s, 30.3 TFLOP/s, 5 us launch)."""
+    per SM, 48 MiB L2, 300 GB/s, 30.3 TFLOP/s, 72 W, base 795 / boost 2040 MHz, 5 us launch)."""
     elements, nbytes, flops = 2**24, 12 * 2**24, 2**24
     blocks = math.ceil(elements / 512)  # 128 threads x 4 fp32
     slots = min(1536 // 128, 24)
+    x = [math.log2(58), math.log2(48), math.log2(4), 0.0, math.log2(72 / 30.3), 795 / 2040,
+         nbytes / (elements * 4), math.log2(1 + flops / elements)]
     waves = math.ceil(blocks / (58 * slots))
-    compute_s, memory_s = flops / 30.3e12, nbytes / 300e9
-    row = [compute_s / (compute_s + memory_s), 1 / waves, blocks / (waves * 58 * slots),
-           min(1.0, blocks / 58), min(1.0, 48 * 2**20 / nbytes), math.log2(4), math.log2(58),
-           math.log2(48), nbytes / (elements * 4), math.log2(1 + flops / elements)]
-    return np.array([row], dtype=np.float32), max(compute_s, memory_s) * 1e3, 0.005
+    # L2 hits: none of a 192 MiB working set (more than twice the 48 MiB L2).
+    terms = {"compute_ms": flops / 30.3e12 * 1e3, "dram_ms": nbytes / 300e9 * 1e3,
+             "cached_ms": 0.0, "wave_ms": waves * 58 * slots * 512 * 12 / 300e9 * 1e3,
+             "waves": waves, "launch_ms": 0.005}
+    return np.array([x], dtype=np.float32), terms
 
 
 def test_artifact_small_and_metadata_complete() -> None:
@@ -42,7 +44,7 @@ def test_artifact_small_and_metadata_complete() -> None:
     meta = {p.key: p.value for p in onnx.load(str(ARTIFACT)).metadata_props}
     for key in ("schema_version", "feature_names", "feature_units", "families",
                 "training_data_sha256", "tilecast_version", "hyperparameters", "seed",
-                "tile_table", "regenerate"):
+                "tile_table", "regenerate", "u_floor", "host_dispatch_ms", "feature_ranges"):
         assert meta.get(key), key
     names = json.loads(meta["feature_names"])
     assert set(names) == set(FAMILIES)
@@ -51,22 +53,29 @@ def test_artifact_small_and_metadata_complete() -> None:
     assert len(meta["training_data_sha256"]) == 64
 
 
+def _zero_feed(meta) -> dict[str, np.ndarray]:
+    """Families not asked about get zero rows."""
+    feed = {}
+    for fam in FAMILIES:
+        width = len(json.loads(meta["feature_names"])[fam])
+        feed[f"{fam}_features"] = np.zeros((0, width), np.float32)
+        feed.update({f"{fam}_{t}": np.zeros(0, np.float32) for t in TERMS})
+    return feed
+
+
+TERMS = ("compute_ms", "dram_ms", "cached_ms", "wave_ms", "waves", "launch_ms")
+
+
 def test_bare_onnxruntime_matches_predictor_on_documented_row() -> None:
     sess = _bare_session()
     meta = sess.get_modelmeta().custom_metadata_map
     names = json.loads(meta["feature_names"])["elementwise"]
-    assert names[:2] == ["compute_fraction", "inv_waves"]  # the documented order
-    x, work_ms, launch_ms = _documented_elementwise_row()
-    feed = {}
-    for fam in FAMILIES:  # families not asked about get zero rows
-        width = len(json.loads(meta["feature_names"])[fam])
-        feed.update({f"{fam}_features": np.zeros((0, width), np.float32),
-                     f"{fam}_work_ms": np.zeros(0, np.float32),
-                     f"{fam}_launch_ms": np.zeros(0, np.float32)})
-    feed.update({"elementwise_features": x,
-                 "elementwise_work_ms": np.array([work_ms], np.float32),
-                 "elementwise_launch_ms": np.array([launch_ms], np.float32)})
-    bare_ms, util = sess.run(["elementwise_latency_ms", "elementwise_utilization"], feed)
+    assert names[:2] == ["log2_sms", "log2_l2_mb"]  # the documented order
+    x, terms = _documented_elementwise_row()
+    feed = _zero_feed(meta)
+    feed["elementwise_features"] = x
+    feed.update({f"elementwise_{t}": np.array([v], np.float32) for t, v in terms.items()})
+    bare_ms, gpu_ms = sess.run(["elementwise_latency_ms", "elementwise_gpu_ms"], feed)
 
     from tilecast.analyzer.types import Kernel, OpCost
     from tilecast.device_db.loader import load_device
@@ -76,23 +85,37 @@ def test_bare_onnxruntime_matches_predictor_on_documented_row() -> None:
                     OpCost("elementwise", 2**24, 12 * 2**24, "float32", elements=2**24))
     pred = default_predictor().predict([kernel], load_device("NVIDIA L4"))[0]
     assert pred.latency_ms == pytest.approx(float(bare_ms[0]), rel=1e-5)
-    assert 0 < util[0] <= 1 and pred.tile == "128x4" and not pred.extrapolated
-    assert pred.latency_ms >= work_ms + launch_ms  # never faster than the roofline bound
+    assert pred.gpu_ms == pytest.approx(float(gpu_ms[0]), rel=1e-5)
+    assert pred.tile == "128x4" and not pred.extrapolated
+    roofline = max(terms["compute_ms"], (12 * 2**24) / 300e9 * 1e3) + terms["launch_ms"]
+    assert pred.gpu_ms >= roofline * (1 - 1e-5)  # never faster than the roofline bound
 
 
-def test_utilization_bounded_for_any_input() -> None:
+def test_latency_bounded_and_finite_for_any_input() -> None:
+    """The envelope holds for any features, even absurd ones: between the roofline and the
+    utilization floor's ceiling, never NaN or infinite."""
     sess = _bare_session()
-    widths = json.loads(sess.get_modelmeta().custom_metadata_map["feature_names"])
+    meta = sess.get_modelmeta().custom_metadata_map
+    widths, floors = json.loads(meta["feature_names"]), json.loads(meta["u_floor"])
     rng = np.random.default_rng(0)
-    feed = {}
+    n, feed = 2000, {}
     for fam in FAMILIES:
-        n = 2000
-        feed.update({f"{fam}_features": rng.normal(0, 30, (n, len(widths[fam]))).astype(np.float32),
-                     f"{fam}_work_ms": 10 ** rng.uniform(-5, 3, n).astype(np.float32),
-                     f"{fam}_launch_ms": np.full(n, 0.005, np.float32)})
-    outs = sess.run([f"{fam}_utilization" for fam in FAMILIES], feed)
-    for u in outs:
-        assert np.isfinite(u).all() and (u > 0).all() and (u <= 1 + 1e-6).all()
+        feed[f"{fam}_features"] = rng.normal(0, 30, (n, len(widths[fam]))).astype(np.float32)
+        feed.update({f"{fam}_{t}": (10 ** rng.uniform(-5, 3, n)).astype(np.float32)
+                     for t in TERMS})
+        feed[f"{fam}_launch_ms"] = np.full(n, 0.005, np.float32)
+    outs = sess.run([f"{fam}_{o}" for fam in FAMILIES for o in ("gpu_ms", "latency_ms")], feed)
+    for i, fam in enumerate(FAMILIES):
+        gpu, lat = outs[2 * i], outs[2 * i + 1]
+        f = {t: feed[f"{fam}_{t}"].astype(np.float64) for t in TERMS}
+        work = np.maximum(f["compute_ms"], f["dram_ms"] + f["cached_ms"])
+        # fixed <= 21 launches; each smooth max <= 2^(1/4) x the larger term <= the sum.
+        ceiling = 21 * f["launch_ms"] + 2 * (
+            (f["compute_ms"] + 4 * f["waves"] * f["launch_ms"] + f["dram_ms"] + f["cached_ms"])
+            / floors[fam] + f["wave_ms"])
+        assert np.isfinite(gpu).all() and np.isfinite(lat).all()
+        assert (gpu >= 0.999 * np.minimum(work, f["compute_ms"]) ).all()
+        assert (gpu <= ceiling * 1.001).all() and (lat >= gpu * 0.999).all()
 
 
 def _kernels():

@@ -152,8 +152,25 @@ def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_tra
     ev = ev.select((ev.device == "NVIDIA A100-PCIE-40GB") & (ev.op == "bmm"))
     fam, layout, x = prepare.matmul_tree_inputs(ev, [prepare.default_lookup(ev.device[0])],
                                                 np.zeros(len(ev), dtype=np.int64))
-    picked = table.select("ampere", layout, x)
+    picked, _ = table.select("ampere", layout, x)
     assert np.mean(picked == prepare.measured_tiles(ev)) > 0.95
+
+
+def test_shared_data_dims_convention_reproduces_the_launch_grids(shared_train) -> None:
+    """The CSVs' B, M, N, K mean (B x M x N) @ (B x N x K) (N the reduction): with tilecast's
+    dims read from them, its own tile count (b * ceil(n / tm) * ceil(m / tn) * split-K) is the
+    recorded grid x*y*z on >= 99 % of the bmm rows whose kernel name carries a tile."""
+    from tilecast.learned import tiles as tl
+    from tilecast.learned.prepare import measured_tiles
+
+    s = shared_train.select(shared_train.op == "bmm")
+    named = np.array([tl.parse_tile(k) is not None for k in s.kernel_name])
+    s = s.select(named)
+    tm, tn = tl.split_tiles(measured_tiles(s))
+    blocks = s.b * np.ceil(s.n / tm) * np.ceil(s.m / tn) * s.split_k
+    assert len(s) > 80_000 and np.mean(blocks == s.grid) >= 0.99
+    swapped = s.b * np.ceil(s.k / tm) * np.ceil(s.m / tn) * s.split_k  # the old reading
+    assert np.mean(swapped == s.grid) < 0.5
 
 
 def test_cli_train_then_kernels_eval_json(tmp_path: Path) -> None:

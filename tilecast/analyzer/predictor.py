@@ -22,6 +22,9 @@ class Prediction:
     bound: str  # one of BOUNDS
     tile: str | None = None  # e.g. "128x64" for matmuls, "4x128" for row kernels
     extrapolated: bool = False  # outside what the predictor was validated on
+    gpu_ms: float | None = None  # GPU time alone, without eager host dispatch (None: same)
+    host_ms: float | None = None  # eager host dispatch time of its op(s) (None: not modelled)
+    clamped: bool = False  # held at the envelope (the utilization floor) by the predictor
 
 
 @runtime_checkable

@@ -54,12 +54,14 @@ def predictor_launch_ms(device: Device) -> float:
 
 
 def _eager(preds: Sequence[Prediction]) -> list[Prediction]:
-    dispatch_ms = HOST_DISPATCH_US * 1e-3
-    out, end = [], 0.0
-    for i, p in enumerate(preds):
-        issued = (i + 1) * dispatch_ms
+    """A predictor that knows its kernels' GPU time apart from the host dispatch of their op
+    (``gpu_ms``, ``host_ms``: the learned predictor, from the per-op measurements) is
+    simulated with those; others with the kernel latency and :data:`HOST_DISPATCH_US`."""
+    out, end, issued = [], 0.0, 0.0
+    for p in preds:
+        issued += p.host_ms if p.host_ms is not None else HOST_DISPATCH_US * 1e-3
         start = max(end, issued)
-        new_end = start + p.latency_ms
+        new_end = start + (p.gpu_ms if p.gpu_ms is not None else p.latency_ms)
         waited = issued > end  # the GPU sat idle for the host
         bound = "overhead" if waited and issued - end >= p.latency_ms else p.bound
         out.append(replace(p, latency_ms=new_end - end, bound=bound))
@@ -69,7 +71,8 @@ def _eager(preds: Sequence[Prediction]) -> list[Prediction]:
 
 def _graph(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
     launch, graph_launch = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
-    return [replace(p, latency_ms=max(p.latency_ms - launch, 0.0) + graph_launch)
+    return [replace(p, latency_ms=max((p.gpu_ms if p.gpu_ms is not None else p.latency_ms)
+                                      - launch, 0.0) + graph_launch)
             for p in preds]
 
 

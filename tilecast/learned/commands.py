@@ -41,9 +41,13 @@ def train_command(data_dirs: Sequence[Path], out: Path, epochs: int | None, echo
 
 
 def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt: str,
-                         echo: Echo) -> str:
-    """The MAPE table (or JSON) of tilecast, roofline and the direct regressor."""
-    from .evaluate import PREDICTORS, evaluate_kernels, format_table
+                         echo: Echo, cv: str = "none") -> str:
+    """The MAPE table (or JSON) of tilecast, roofline and the direct regressor; with
+    ``cv="logo"`` the leave-one-GPU-out folds instead."""
+    from .evaluate import PREDICTORS, evaluate_kernels, format_table, tile_accuracy
+
+    if cv == "logo":
+        return _logo_command(data_dirs, fmt, echo)
 
     names = PREDICTORS
     try:
@@ -52,6 +56,28 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
         echo("scikit-learn is missing: the 'direct' baseline is skipped")
         names = tuple(p for p in PREDICTORS if p != "direct")
     rows = evaluate_kernels(data_dirs, predictor, predictors=names)
+    tiles = tile_accuracy(data_dirs, predictor)
     if fmt == "json":
-        return json.dumps({"rows": [r.to_json() for r in rows]}, indent=1) + "\n"
-    return format_table(rows) + "\n"
+        return json.dumps({"rows": [r.to_json() for r in rows],
+                           "tile_selection": [t.to_json() for t in tiles]}, indent=1) + "\n"
+    lines = ["", "matmul tile selection on held-out shapes (predicted tile == the tile cuBLAS ran;"
+             " split-K count too)", f"{'GPU':26s} {'op':8s} {'n':>6s} {'tile':>7s} "
+             f"{'tile+split':>11s}"]
+    lines += [f"{t.gpu:26s} {t.op:8s} {t.n:6d} {t.tile_pct:6.1f}% {t.config_pct:10.1f}%"
+              for t in tiles]
+    return format_table(rows) + "\n" + "\n".join(lines) + "\n"
+
+
+def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
+    try:
+        from .cv import logo, summary
+    except ImportError as exc:
+        raise ConfigError(f"--cv logo trains models and needs torch ({exc.name} is missing): "
+                          "pip install 'tilecast[train]'") from exc
+    from .evaluate import format_table
+
+    rows = logo(data_dirs, progress=echo)
+    if fmt == "json":
+        return json.dumps({"folds": [r.to_json() for r in rows]}, indent=1) + "\n"
+    mean = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows).items())
+    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast): {mean}\n")

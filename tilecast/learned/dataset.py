@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -239,13 +240,31 @@ def collected_vendors(roots: Iterable[Path | str]) -> list[str]:
     return sorted(found)
 
 
+# A release may hold kernels with no train/eval split of their own: AMD's has its matmul rows
+# only under kernels/amd/test/<op>/<GPU>.csv. A stable hash of each shape sets
+# HOLDOUT_PERCENT of those shapes aside (scored as held-out shapes, never trained on) and
+# trains on the rest.
+UNSPLIT = "test"
+HOLDOUT_PERCENT = 30
+
+
+def held_out(s: KernelSamples) -> np.ndarray:
+    """True for the rows whose shape falls in the held-out part (the same shape on every GPU)."""
+    keys = zip(s.op, s.b, s.m, s.n, s.k, s.rows, s.cols, strict=True)
+    return np.array([zlib.crc32(",".join(map(str, key)).encode()) % 100 < HOLDOUT_PERCENT
+                     for key in keys], dtype=bool)
+
+
 def kernel_files(root: Path, split: str, vendor: str = "nvidia") -> list[Path]:
-    """CSV files of one split under a data root (sorted, so loading is deterministic)."""
+    """CSV files of one split under a data root (sorted, so loading is deterministic),
+    plus the vendor's unsplit files (``test/<op>/<GPU>.csv``), which both splits share."""
     base = root / "kernels" if (root / "kernels").is_dir() else root
     folder = base / vendor / split
     if split == "train":
-        return sorted(folder.glob("*/*.csv"))
-    return sorted(p for p in (folder / f"{name}.csv" for name in EVAL_FILES) if p.is_file())
+        files = sorted(folder.glob("*/*.csv"))
+    else:
+        files = sorted(p for p in (folder / f"{n}.csv" for n in EVAL_FILES) if p.is_file())
+    return files + sorted((base / vendor / UNSPLIT).glob("*/*.csv"))
 
 
 def load_kernels(roots: Iterable[Path | str], split: str = "train",
@@ -258,7 +277,9 @@ def load_kernels(roots: Iterable[Path | str], split: str = "train",
         searched.append(str(root))
         for path in kernel_files(root, split, vendor):
             part = read_csv(path, split)
-            if part is not None:
+            if part is not None and path.parent.parent.name == UNSPLIT:
+                part = part.select(held_out(part) == (split != "train"))
+            if part is not None and len(part):
                 parts.append(part)
     if not parts:
         raise ConfigError(f"no {vendor} {split} kernel CSVs under {', '.join(searched)} "

@@ -20,6 +20,7 @@ import numpy as np
 
 from ..analyzer.predictor import Predictor, RooflinePredictor
 from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims
+from ..errors import ConfigError
 from .dataset import KernelSamples, load_kernels
 from .prepare import DeviceLookup, default_lookup
 
@@ -91,13 +92,28 @@ def mape_rows(s: KernelSamples, predictions: dict[str, np.ndarray]) -> list[Eval
     return rows
 
 
+def load_eval(data_dirs: Sequence[Path | str]) -> KernelSamples:
+    """Held-out shapes of every vendor the folders hold (NVIDIA's eval split, AMD's held-out
+    part of its unsplit files)."""
+    from .prepare import TRAIN_VENDORS
+
+    parts = []
+    for vendor in TRAIN_VENDORS:
+        try:
+            parts.append(load_kernels(data_dirs, "eval", vendor))
+        except ConfigError:
+            if vendor == "nvidia":
+                raise
+    return KernelSamples.concat(parts)
+
+
 def evaluate_kernels(data_dirs: Sequence[Path | str], predictor_path: Path | str | None = None,
                      lookup: DeviceLookup = default_lookup,
                      predictors: Sequence[str] = PREDICTORS) -> list[EvalRow]:
     """MAPE per GPU x family x predictor on the eval split of ``data_dirs``."""
     from .predictor import OnnxPredictor
 
-    evals = load_kernels(data_dirs, "eval")
+    evals = load_eval(data_dirs)
     preds: dict[str, np.ndarray] = {}
     if "tilecast" in predictors:
         preds["tilecast"] = predict_by_device(OnnxPredictor(predictor_path), evals, lookup)
@@ -123,3 +139,45 @@ def format_table(rows: Sequence[EvalRow]) -> str:
         vals = " ".join(f"{c[p].mape_pct:8.1f}%" if p in c else f"{'-':>9s}" for p in names)
         lines.append(f"{gpu:26s} {family:12s} {n:6d} {vals}")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class TileAccuracy:
+    gpu: str
+    op: str  # bmm | linear
+    n: int
+    tile_pct: float  # predicted output tile == the measured one
+    config_pct: float  # tile and split-K both
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def tile_accuracy(data_dirs: Sequence[Path | str], predictor_path: Path | str | None = None,
+                  lookup: DeviceLookup = default_lookup) -> list[TileAccuracy]:
+    """How often the predictor's tile selection matches what ran, per GPU and op, on the
+    held-out shapes whose kernel name carries a tile."""
+    from . import tiles as tl
+    from .predictor import OnnxPredictor
+    from .prepare import matmul_tree_inputs, measured_tiles, resolve_devices
+
+    table = OnnxPredictor(predictor_path).tile_table
+    s = load_eval(data_dirs)
+    s = s.select((s.family == "matmul") & np.array([tl.parse_tile(k) is not None
+                                                    for k in s.kernel_name], dtype=bool))
+    devices, which = resolve_devices(s.device, lookup)
+    _, layout, x = matmul_tree_inputs(s, devices, which)
+    tile, split = np.empty(len(s), dtype=object), np.ones(len(s))
+    for i, dev in enumerate(devices):
+        mask = which == i
+        tile[mask], split[mask] = table.select(dev.arch, layout[mask], x[mask])
+    same_tile = tile == measured_tiles(s)
+    same = same_tile & (split == s.split_k)
+    out = []
+    for gpu in sorted(set(s.device.tolist())):
+        for op in ("bmm", "linear"):
+            m = (s.device == gpu) & (s.op == op)
+            if m.any():
+                out.append(TileAccuracy(gpu, op, int(m.sum()), float(same_tile[m].mean() * 100),
+                                        float(same[m].mean() * 100)))
+    return out

@@ -1,18 +1,24 @@
-"""Write the trained utilization MLPs as ONE self-contained ONNX file (onnx only, no torch).
+"""Write the trained latency MLPs as ONE self-contained ONNX file (onnx only, no torch).
 
 Per family ``<f>`` (matmul, elementwise, softmax, layernorm) the graph has::
 
-    <f>_features   float32 [N_f, F_f]  columns in metadata feature_names[<f>] order
-    <f>_work_ms    float32 [N_f]       max(compute, memory) roofline time (features.py)
-    <f>_launch_ms  float32 [N_f]       the device's launch overhead
-      -> <f>_latency_ms  = <f>_fixed_ms + work_ms / sigmoid(z_work)   (z clipped to +-30)
-      -> <f>_fixed_ms    = launch_ms * (1 + softplus(z_fixed))   (>= one launch)
-      -> <f>_utilization = (work_ms + launch_ms) / latency_ms     in (0, 1]
+    <f>_features    float32 [N_f, F_f]  columns in metadata feature_names[<f>] order
+    <f>_compute_ms  float32 [N_f]       FLOPs at the peak in whole waves (features.py)
+    <f>_dram_ms     float32 [N_f]       bytes beyond the L2 at the DRAM bandwidth
+    <f>_cached_ms   float32 [N_f]       bytes the L2 holds, at the DRAM bandwidth
+    <f>_wave_ms     float32 [N_f]       whole waves of full-block bytes at the DRAM bandwidth
+    <f>_waves       float32 [N_f]       waves of thread blocks
+    <f>_launch_ms   float32 [N_f]       the device's launch overhead
+      -> <f>_latency_ms  eager latency: smooth max of host dispatch and GPU time
+      -> <f>_gpu_ms      GPU time (what a CUDA-graph runtime sees)
+      -> <f>_u_compute, <f>_u_memory   the utilizations in [floor, 1]
+      -> <f>_fixed_ms    the fixed GPU cost (>= one launch)
 
-Clamping to the training range of each feature and normalization ((x - mean) / std) are
-inside the graph, so callers feed raw features. Families a
-caller does not need are fed with zero rows (shape [0, F_f]). The tile table travels in the
-metadata (``tile_table``), so the file alone is the whole predictor.
+The form is model.py's (monotone in every work term, bounded by the roofline below and the
+utilization floor above). Clamping to the training range of each feature, normalization
+((x - mean) / std) and the per-vendor host dispatch time are inside the graph, so callers feed
+raw features. Families a caller does not need are fed with zero rows (shape [0, F_f]). The
+tile table travels in the metadata (``tile_table``), so the file alone is the whole predictor.
 """
 
 from __future__ import annotations
@@ -26,13 +32,16 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-SCHEMA_VERSION = "1"
+from .model import FIXED_MAX, HEADS, KNEE_SCALE, P_BUSY, Q_HOST, SETUP_MAX
+
+SCHEMA_VERSION = "2"  # 2: monotone work-term form, host dispatch, utilization floor
 OPSET = 17
 IR_VERSION = 8  # readable by onnxruntime >= 1.14
 ARTIFACT_NAME = "tilecast_predictor.onnx"
-# Logits are clipped so float32 never rounds sigmoid to 0 (utilization stays > 0, latency
-# finite); model.py applies the same clip in training.
+# Logits are clipped as in model.py.
 Z_LIMIT = 30.0
+TERMS = ("compute_ms", "dram_ms", "cached_ms", "wave_ms", "waves", "launch_ms")
+OUTPUTS = ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms")
 
 
 @dataclass(frozen=True)
@@ -45,12 +54,13 @@ class FamilyWeights:
     activation: str  # silu | tanh | relu
     lo: np.ndarray  # training range of each feature; inputs are clamped to it
     hi: np.ndarray
+    u_floor: float = 0.02  # the envelope's utilization floor
+    host_ms: tuple[float, float] = (0.0, 0.0)  # eager dispatch time: nvidia, amd
 
 
 def io_names(family: str) -> dict[str, str]:
     """Input and output names of one family in the graph."""
-    return {k: f"{family}_{k}" for k in ("features", "work_ms", "launch_ms", "latency_ms",
-                                         "utilization", "fixed_ms")}
+    return {k: f"{family}_{k}" for k in ("features", *TERMS, *OUTPUTS)}
 
 
 def _act(nodes: list, kind: str, src: str, dst: str) -> None:
@@ -61,55 +71,118 @@ def _act(nodes: list, kind: str, src: str, dst: str) -> None:
         nodes.append(helper.make_node({"tanh": "Tanh", "relu": "Relu"}[kind], [src], [dst]))
 
 
-def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
-    """(nodes, initializers, inputs, outputs) of one family, names prefixed by the family."""
-    p, io, f = w.family + "_", io_names(w.family), len(w.feature_names)
-    inits = [numpy_helper.from_array(np.asarray(w.lo, np.float32).reshape(1, f), p + "lo"),
-             numpy_helper.from_array(np.asarray(w.hi, np.float32).reshape(1, f), p + "hi"),
-             numpy_helper.from_array(np.asarray(w.mean, np.float32).reshape(1, f), p + "mean"),
-             numpy_helper.from_array(np.asarray(w.std, np.float32).reshape(1, f), p + "std"),
-             numpy_helper.from_array(np.array(0, np.int64), p + "col_work"),
-             numpy_helper.from_array(np.array(1, np.int64), p + "col_fixed"),
-             numpy_helper.from_array(np.array(1.0, np.float32), p + "one"),
-             numpy_helper.from_array(np.array(-Z_LIMIT, np.float32), p + "z_lo"),
-             numpy_helper.from_array(np.array(Z_LIMIT, np.float32), p + "z_hi")]
-    nodes = [helper.make_node("Max", [io["features"], p + "lo"], [p + "above_lo"]),
-             helper.make_node("Min", [p + "above_lo", p + "hi"], [p + "clamped"]),
-             helper.make_node("Sub", [p + "clamped", p + "mean"], [p + "centered"]),
-             helper.make_node("Div", [p + "centered", p + "std"], [p + "h0"])]
-    src = p + "h0"
+def _const(inits: list, name: str, value) -> str:
+    inits.append(numpy_helper.from_array(np.asarray(value, np.float32), name))
+    return name
+
+
+def _index(inits: list, name: str, value: int) -> str:
+    inits.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    return name
+
+
+def _node(nodes: list, op: str, ins: list[str], out: str, **attrs) -> str:
+    nodes.append(helper.make_node(op, ins, [out], **attrs))
+    return out
+
+
+def _smooth_max(nodes: list, inits: list, a: str, b: str, power: float, out: str) -> str:
+    """(a^p + b^p)^(1/p), scaled by max(a, b) so float32 never overflows."""
+    m = _node(nodes, "Max", [a, b], out + "_smx")
+    tiny = _const(inits, out + "_smx_tiny", 1e-30)
+    safe = _node(nodes, "Max", [m, tiny], out + "_smx_safe")
+    p = _const(inits, out + "_smx_p", power)
+    ra = _node(nodes, "Pow", [_node(nodes, "Div", [a, safe], out + "_smx_ra"), p], out + "_smx_pa")
+    rb = _node(nodes, "Pow", [_node(nodes, "Div", [b, safe], out + "_smx_rb"), p], out + "_smx_pb")
+    s = _node(nodes, "Add", [ra, rb], out + "_smx_s")
+    inv_p = _const(inits, out + "_smx_inv_p", 1.0 / power)
+    root = _node(nodes, "Pow", [s, inv_p], out + "_smx_root")
+    return _node(nodes, "Mul", [safe, root], out)
+
+
+def _mlp(w: FamilyWeights, p: str, io: dict[str, str], nodes: list, inits: list) -> str:
+    f = len(w.feature_names)
+    for name, value in (("lo", w.lo), ("hi", w.hi), ("mean", w.mean), ("std", w.std)):
+        _const(inits, p + name, np.asarray(value, np.float32).reshape(1, f))
+    src = _node(nodes, "Max", [io["features"], p + "lo"], p + "above_lo")
+    src = _node(nodes, "Min", [src, p + "hi"], p + "clamped")
+    src = _node(nodes, "Sub", [src, p + "mean"], p + "centered")
+    src = _node(nodes, "Div", [src, p + "std"], p + "h0")
     for i, (weight, bias) in enumerate(w.layers):
         inits += [numpy_helper.from_array(np.ascontiguousarray(weight.T, np.float32), f"{p}w{i}"),
                   numpy_helper.from_array(np.asarray(bias, np.float32), f"{p}b{i}")]
-        nodes += [helper.make_node("MatMul", [src, f"{p}w{i}"], [f"{p}mm{i}"]),
-                  helper.make_node("Add", [f"{p}mm{i}", f"{p}b{i}"], [f"{p}z{i}"])]
-        src = f"{p}z{i}"
+        src = _node(nodes, "MatMul", [src, f"{p}w{i}"], f"{p}mm{i}")
+        src = _node(nodes, "Add", [src, f"{p}b{i}"], f"{p}z{i}")
         if i < len(w.layers) - 1:
             _act(nodes, w.activation, src, f"{p}h{i + 1}")
             src = f"{p}h{i + 1}"
-    nodes += [
-        helper.make_node("Gather", [src, p + "col_work"], [p + "z_work_raw"], axis=1),
-        helper.make_node("Gather", [src, p + "col_fixed"], [p + "z_fixed_raw"], axis=1),
-        helper.make_node("Clip", [p + "z_work_raw", p + "z_lo", p + "z_hi"], [p + "z_work"]),
-        helper.make_node("Clip", [p + "z_fixed_raw", p + "z_lo", p + "z_hi"], [p + "z_fixed"]),
-        # work / sigmoid(z) = work * (1 + exp(-z)): exact, and no approximate sigmoid can
-        # round to 0 and make the latency infinite.
-        helper.make_node("Neg", [p + "z_work"], [p + "neg_z"]),
-        helper.make_node("Exp", [p + "neg_z"], [p + "exp_neg_z"]),
-        helper.make_node("Add", [p + "exp_neg_z", p + "one"], [p + "inv_u_work"]),
-        helper.make_node("Mul", [io["work_ms"], p + "inv_u_work"], [p + "busy_ms"]),
-        helper.make_node("Softplus", [p + "z_fixed"], [p + "sp_fixed"]),
-        helper.make_node("Add", [p + "sp_fixed", p + "one"], [p + "fixed_scale"]),
-        helper.make_node("Mul", [io["launch_ms"], p + "fixed_scale"], [io["fixed_ms"]]),
-        helper.make_node("Add", [io["fixed_ms"], p + "busy_ms"], [io["latency_ms"]]),
-        helper.make_node("Add", [io["work_ms"], io["launch_ms"]], [p + "t_ref_ms"]),
-        helper.make_node("Div", [p + "t_ref_ms", io["latency_ms"]], [io["utilization"]])]
+    return _node(nodes, "Clip", [src, _const(inits, p + "z_lo", -Z_LIMIT),
+                                 _const(inits, p + "z_hi", Z_LIMIT)], p + "z")
+
+
+def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
+    """(nodes, initializers, inputs, outputs) of one family, names prefixed by the family."""
+    p, io, f = w.family + "_", io_names(w.family), len(w.feature_names)
+    nodes: list = []
+    inits: list = []
+    z = _mlp(w, p, io, nodes, inits)
+    sig, logits = {}, {}
+    for j, head in enumerate(HEADS):
+        idx = _index(inits, f"{p}col_{head}", j)
+        logits[head] = _node(nodes, "Gather", [z, idx], f"{p}logit_{head}", axis=1)
+        sig[head] = _node(nodes, "Sigmoid", [logits[head]], f"{p}sig_{head}")
+    floor = _const(inits, p + "u_floor", w.u_floor)
+    span = _const(inits, p + "u_span", 1.0 - w.u_floor)
+    mem = _node(nodes, "Add", [io["dram_ms"], io["cached_ms"]], p + "mem_work")
+    u = {}
+    for head, out, work in (("u_compute", io["u_compute"], io["compute_ms"]),
+                            ("u_memory", io["u_memory"], mem)):
+        what = head.split("_")[1]
+        scaled = _node(nodes, "Mul", [sig[head], span], f"{p}{head}_scaled")
+        u_max = _node(nodes, "Add", [scaled, floor], f"{p}{head}_max")
+        # exp(-beta * softplus(knee - log work)), work clamped at exp(-40) as in model.py
+        lw = _node(nodes, "Log", [_node(nodes, "Max", [work, _const(
+            inits, f"{p}{what}_tiny", float(np.exp(-40.0)))], f"{p}{what}_pos")], f"{p}{what}_lw")
+        knee = _node(nodes, "Mul", [logits[f"knee_{what}"], _const(
+            inits, f"{p}{what}_kscale", KNEE_SCALE)], f"{p}{what}_knee")
+        gap = _node(nodes, "Softplus", [_node(nodes, "Sub", [knee, lw], f"{p}{what}_gap0")],
+                    f"{p}{what}_gap")
+        drop = _node(nodes, "Mul", [sig[f"slope_{what}"], gap], f"{p}{what}_drop")
+        lifted = _node(nodes, "Mul", [u_max, _node(nodes, "Exp", [_node(
+            nodes, "Neg", [drop], f"{p}{what}_negdrop")], f"{p}{what}_fall")], f"{p}{what}_u0")
+        u[head] = _node(nodes, "Max", [lifted, floor], out)
+    one = _const(inits, p + "one", 1.0)
+    setup = _node(nodes, "Mul", [io["launch_ms"], _node(
+        nodes, "Mul", [sig["setup"], _const(inits, p + "setup_max", SETUP_MAX)],
+        p + "setup_scale")], p + "setup_ms")
+    fixed_scale = _node(nodes, "Add", [one, _node(
+        nodes, "Mul", [sig["fixed"], _const(inits, p + "fixed_max", FIXED_MAX)],
+        p + "fixed_extra")], p + "fixed_scale")
+    fixed = _node(nodes, "Mul", [io["launch_ms"], fixed_scale], io["fixed_ms"])
+    busy_c = _node(nodes, "Add", [
+        _node(nodes, "Div", [io["compute_ms"], u["u_compute"]], p + "compute_busy"),
+        _node(nodes, "Mul", [io["waves"], setup], p + "setup_busy")], p + "busy_c")
+    cached = _node(nodes, "Mul", [io["cached_ms"], sig["r_cache"]], p + "cached_cost")
+    stream = _node(nodes, "Div", [_node(nodes, "Add", [io["dram_ms"], cached], p + "mem_ms"),
+                                  u["u_memory"]], p + "stream_ms")
+    wave = _node(nodes, "Mul", [io["wave_ms"], sig["wave_rate"]], p + "wave_cost")
+    busy_m = _smooth_max(nodes, inits, stream, wave, P_BUSY, p + "busy_m")
+    busy = _smooth_max(nodes, inits, busy_c, busy_m, P_BUSY, p + "busy")
+    gpu = _node(nodes, "Add", [fixed, busy], io["gpu_ms"])
+    amd_idx = _index(inits, p + "amd_col",
+                     w.feature_names.index("amd") if "amd" in w.feature_names else 0)
+    amd = _node(nodes, "Gather", [io["features"], amd_idx], p + "amd", axis=1)
+    if "amd" not in w.feature_names:
+        amd = _node(nodes, "Mul", [amd, _const(inits, p + "zero", 0.0)], p + "amd_zero")
+    nv, amd_ms = (float(v) for v in w.host_ms)
+    host = _node(nodes, "Add", [_const(inits, p + "host_nv", nv), _node(
+        nodes, "Mul", [amd, _const(inits, p + "host_delta", amd_ms - nv)], p + "host_amd")],
+        p + "host_ms")
+    _smooth_max(nodes, inits, host, gpu, Q_HOST, io["latency_ms"])
     n = f"N_{w.family}"
-    inputs = [helper.make_tensor_value_info(io["features"], TensorProto.FLOAT, [n, f]),
-              helper.make_tensor_value_info(io["work_ms"], TensorProto.FLOAT, [n]),
-              helper.make_tensor_value_info(io["launch_ms"], TensorProto.FLOAT, [n])]
-    outputs = [helper.make_tensor_value_info(io[k], TensorProto.FLOAT, [n])
-               for k in ("latency_ms", "utilization", "fixed_ms")]
+    inputs = [helper.make_tensor_value_info(io["features"], TensorProto.FLOAT, [n, f])]
+    inputs += [helper.make_tensor_value_info(io[t], TensorProto.FLOAT, [n]) for t in TERMS]
+    outputs = [helper.make_tensor_value_info(io[k], TensorProto.FLOAT, [n]) for k in OUTPUTS]
     return nodes, inits, inputs, outputs
 
 
@@ -142,10 +215,13 @@ def metadata_for(families: Sequence[FamilyWeights], units: Mapping[str, str],
         "feature_units": json.dumps({n: units[n] for w in families for n in w.feature_names},
                                     sort_keys=True),
         "activation": json.dumps({w.family: w.activation for w in families}),
-        "inputs": "<family>_features float32 [N, F]; <family>_work_ms float32 [N]; "
-                  "<family>_launch_ms float32 [N]",
-        "outputs": "<family>_latency_ms, <family>_utilization (0, 1], <family>_fixed_ms; "
-                   "float32 [N]",
+        "inputs": "<family>_features float32 [N, F]; <family>_{"
+                  + ",".join(TERMS) + "} float32 [N]",
+        "outputs": "<family>_{" + ",".join(OUTPUTS) + "} float32 [N]",
+        "u_floor": json.dumps({w.family: w.u_floor for w in families}),
+        "feature_ranges": json.dumps({w.family: [np.asarray(w.lo).tolist(),
+                                                 np.asarray(w.hi).tolist()] for w in families}),
+        "host_dispatch_ms": json.dumps({w.family: list(w.host_ms) for w in families}),
     }
     for key, value in extra.items():
         meta[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)

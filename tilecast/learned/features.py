@@ -1,19 +1,23 @@
 """The one feature builder shared by training and serving (numpy, vectorized).
 
-Every kernel gets its roofline work time, the device's launch overhead and a row of
-dimensionless features. The model (``model.py``) predicts the utilization of the work part,
-``u_work`` in (0, 1), and a fixed cost of at least one launch overhead:
+The latency of a kernel is a fixed, physically monotone form (``model.py``) whose few
+coefficients a small MLP predicts from SIZE-INDEPENDENT features. Every size-dependent
+quantity enters only through non-negative "work terms" that never decrease as the kernel
+grows, so a forecast can never fall when the batch, rows, elements or M/N/K grow:
 
-    work = max(t_compute, t_memory)
-    t_compute = FLOPs / peak (for the kernel's dtype and unit)
-    t_memory = DRAM bytes / DRAM bandwidth
-    latency = launch * (1 + softplus(z_fixed)) + work / sigmoid(z_work)
+    compute_ms  FLOPs at the peak, as whole waves of thread blocks x the FLOPs of one block
+                (matmul: waves x 2 tm tn ceil(K / split) / per-SM peak)
+    dram_ms     bytes that miss the L2, at the DRAM bandwidth
+    cached_ms   bytes that hit the L2 (a working set that stays resident between runs), at the
+                DRAM bandwidth (the model scales them down)
+    wave_ms     whole waves x the bytes of a full wave of blocks, at the DRAM bandwidth: a
+                partly filled wave takes about as long as a full one (latency-bound blocks)
+    waves       waves of thread blocks (a per-wave prologue/epilogue cost)
+    launch_ms   the device's launch overhead
 
-so ``utilization = (work + launch) / latency`` lies in (0, 1] by construction.
-
-Size enters the features only through bounded ratios (1/waves, wave efficiency, overhead and
-L2 fractions), so kernels far larger than the training shapes map inside the training range.
-Feature names carry their units; ``FEATURES[family]`` is the order of the model's input columns.
+The MLP input ``x`` holds what does not change with size: the tile or block shape, the
+dtype's width, operands and FLOPs per element, and device descriptors. Feature names carry
+their units; ``FEATURES[family]`` is the order of the model's input columns.
 """
 
 from __future__ import annotations
@@ -39,43 +43,42 @@ L1_KIB_PER_SM = {"maxwell": 24, "pascal": 24, "volta": 128, "turing": 96, "amper
 MAX_BLOCKS_PER_SM = {"maxwell": 32, "pascal": 32, "volta": 32, "turing": 16, "ampere": 32,
                      "ada": 24, "hopper": 32, "blackwell": 32, "cdna1": 32, "cdna2": 32,
                      "cdna3": 32}
+# Split-K writes each slice's partial output tile and reduces them: (split - 1) extra fp32
+# partial outputs written and read back (cuBLAS accumulates split-K partials in fp32).
+SPLIT_PARTIAL_ITEMSIZE = 4.0
 
-# Roofline-relative terms, plus two device descriptors (SM count, L2 size). Without the
-# descriptors the MLP fingerprints GPUs through the roofline ratios (compute_fraction moves
-# with bandwidth), and a 25 % faster memory made half the matmuls *slower*; with them, and a
-# smaller net, predictions move with the device as physics says. Bandwidth-per-SM and
-# ridge-point descriptors extrapolated badly in leave-one-GPU-out validation.
-_COMMON = ("compute_fraction", "inv_waves", "wave_efficiency", "sm_fill", "l2_fit",
-           "log2_itemsize_bytes", "log2_sms", "log2_l2_mb")
-_ROW = ("log2_cols", "log2_threads", "thread_use", "inv_elems_per_thread", "l1_fit",
-        "lane_efficiency")
+# Device descriptors (size-independent). Bandwidth-per-SM and ridge-point descriptors
+# extrapolated badly in leave-one-GPU-out validation (docs/predictor.md).
+_DEVICE = ("log2_sms", "log2_l2_mb", "log2_itemsize_bytes", "amd", "log2_watts_per_tflop",
+           "base_clock_ratio")
+_ROW = ("log2_cols", "log2_threads", "rows_per_block", "lane_efficiency", "l1_rows")
 FEATURES: dict[str, tuple[str, ...]] = {
-    "matmul": _COMMON + ("log2_tile_m", "log2_tile_n", "tile_compute_fraction",
-                         "pad_efficiency", "log2_k"),
-    "elementwise": _COMMON + ("operands_per_element", "log2_flops_per_element"),
-    "softmax": _COMMON + _ROW,
-    "layernorm": _COMMON + _ROW,
+    "matmul": _DEVICE + ("log2_tile_m", "log2_tile_n", "tile_intensity", "log2_split",
+                         "layout_tn", "tensor_core"),
+    "elementwise": _DEVICE + ("operands_per_element", "log2_flops_per_element"),
+    "softmax": _DEVICE + _ROW,
+    "layernorm": _DEVICE + _ROW,
 }
 UNITS: dict[str, str] = {
-    "compute_fraction": "t_compute / (t_compute + t_memory) (1)",
-    "inv_waves": "1 / waves; waves = ceil(tiles / (SMs * resident tiles per SM)) (1)",
-    "wave_efficiency": "tiles / (waves * SMs * resident tiles per SM) (1)",
-    "sm_fill": "min(1, tiles / SMs) (1)",
-    "l2_fit": "min(1, L2 bytes / kernel bytes) (1)",
-    "log2_itemsize_bytes": "log2 of the dtype's bytes per element (fp32: 2)",
     "log2_sms": "log2 of the SM (CU) count", "log2_l2_mb": "log2 of the L2 size in MiB",
+    "log2_itemsize_bytes": "log2 of the dtype's bytes per element (fp32: 2)",
+    "amd": "1 for AMD GPUs (ROCm libraries), 0 for NVIDIA",
+    "log2_watts_per_tflop": "log2(board power W / peak fp32 TFLOP/s): power headroom per FLOP",
+    "base_clock_ratio": "base / boost clock: how far the clock may fall under sustained load "
+                        "(1 where the datasheet gives no base clock)",
     "log2_tile_m": "log2(tile rows / 128)", "log2_tile_n": "log2(tile cols / 128)",
-    "tile_compute_fraction": "per-SM roofline of one tile: compute / (compute + memory) (1)",
-    "pad_efficiency": "M*N / (padded M * padded N) (1)",
-    "log2_k": "log2 of the reduction length K (elements)",
+    "tile_intensity": "FLOPs per byte one k-step of a tile loads: 2 tm tn / ((tm + tn) itemsize)"
+                      " / 64",
+    "log2_split": "log2 of the split-K slices (grid z)",
+    "layout_tn": "1 for a linear layer's weight layout (transposed B), 0 for a batched matmul",
+    "tensor_core": "1 when the kernel runs on tensor / matrix cores, 0 on SIMT units",
     "operands_per_element": "bytes / (elements * itemsize) (tensors moved per element)",
     "log2_flops_per_element": "log2(1 + FLOPs / elements)",
     "log2_cols": "log2 of the row length (elements)",
     "log2_threads": "log2(threads per block / 128)",
-    "thread_use": "min(1, elements per block / threads per block) (1)",
-    "inv_elems_per_thread": "1 / max(1, elements per block / threads per block) (1)",
-    "l1_fit": "min(1, L1 bytes per SM / bytes of the rows resident on an SM) (1)",
+    "rows_per_block": "rows one block handles / 8 (warp-per-row kernels handle several)",
     "lane_efficiency": "row elements / elements the block's vector loop covers (1)",
+    "l1_rows": "min(1, L1 bytes per SM / bytes of one row) (1)",
 }
 
 
@@ -93,20 +96,31 @@ class DeviceColumns:
     max_blocks_per_sm: np.ndarray
     l1_bytes: np.ndarray  # per SM
     arch: np.ndarray  # str
+    amd: np.ndarray  # 1.0 for AMD
+    tensor_core: np.ndarray  # 1.0 where the kernel's dtype runs on matrix units
+    watts_per_tflop: np.ndarray  # board power / peak fp32
+    base_clock_ratio: np.ndarray  # base / boost clock
+
+
+def _uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:
+    """A matrix-unit peak above the vector peak means tensor / matrix cores do the work."""
+    return unit == "matrix" and device.peak_tflops(dtype, "matrix") > device.peak_tflops_fp32
 
 
 def device_columns(devices: Sequence[Device], which: np.ndarray, dtypes: np.ndarray,
                    units: np.ndarray) -> DeviceColumns:
     """Device numbers per kernel: kernel i runs on ``devices[which[i]]``."""
     which = np.asarray(which, dtype=np.int64)
-    peak = np.empty(len(which))
+    peak, tensor = np.empty(len(which)), np.zeros(len(which))
     # Distinct (device, dtype, unit) combinations are few: look each peak up once.
     todo = np.ones(len(which), dtype=bool)
     while todo.any():
         i = int(np.argmax(todo))
         key = (which[i], dtypes[i], units[i])
         mask = todo & (which == key[0]) & (dtypes == key[1]) & (units == key[2])
-        peak[mask] = devices[key[0]].peak_tflops(key[1], key[2]) * 1e12
+        dev = devices[key[0]]
+        peak[mask] = dev.peak_tflops(key[1], key[2]) * 1e12
+        tensor[mask] = float(dev.vendor == "nvidia" and _uses_matrix_units(dev, key[1], key[2]))
         todo &= ~mask
 
     def col(fn) -> np.ndarray:
@@ -121,7 +135,24 @@ def device_columns(devices: Sequence[Device], which: np.ndarray, dtypes: np.ndar
         max_threads_per_sm=col(lambda d: MAX_THREADS_PER_SM.get(d.arch, 2048)),
         max_blocks_per_sm=col(lambda d: MAX_BLOCKS_PER_SM.get(d.arch, 32)),
         l1_bytes=col(lambda d: L1_KIB_PER_SM.get(d.arch, 128) * 1024.0),
-        arch=np.array([d.arch for d in devices], dtype=object)[which])
+        arch=np.array([d.arch for d in devices], dtype=object)[which],
+        amd=col(lambda d: float(d.vendor == "amd")), tensor_core=tensor,
+        watts_per_tflop=col(_watts_per_tflop), base_clock_ratio=col(_base_clock_ratio))
+
+
+# A GPU with no board power in its description is taken as one with ample headroom: the
+# largest ratio among the database's datacenter parts with a datasheet power (P100 PCIe).
+DEFAULT_WATTS_PER_TFLOP = 26.9
+
+
+def _watts_per_tflop(d: Device) -> float:
+    if not d.board_power_w:
+        return DEFAULT_WATTS_PER_TFLOP
+    return d.board_power_w / d.peak_tflops_fp32
+
+
+def _base_clock_ratio(d: Device) -> float:
+    return min(1.0, d.base_clock_mhz / d.boost_clock_mhz) if d.base_clock_mhz else 1.0
 
 
 @dataclass(frozen=True)
@@ -138,59 +169,76 @@ class KernelColumns:
     k: np.ndarray
     rows: np.ndarray
     cols: np.ndarray
-    tile_m: np.ndarray  # matmul tile chosen by tiles.py (0 elsewhere)
+    tile_m: np.ndarray  # matmul tile (0 elsewhere)
     tile_n: np.ndarray
     split_k: np.ndarray | None = None  # matmul reduction slices (grid z); None: 1
+    layout_tn: np.ndarray | None = None  # matmul: 1 for a linear layer's layout; None: 0
 
 
 @dataclass(frozen=True)
 class Features:
+    """One family's model inputs: size-independent ``x`` and the monotone work terms (ms)."""
+
     family: str
     x: np.ndarray  # float32 (n, len(FEATURES[family]))
-    work_ms: np.ndarray  # float64 (n,): max(compute_ms, memory_ms)
-    launch_ms: np.ndarray  # float64 (n,): the device's launch overhead
-    compute_ms: np.ndarray  # the roofline terms, for the bound classification
-    memory_ms: np.ndarray
+    compute_ms: np.ndarray  # FLOPs at the peak, in whole waves of blocks where blocks tile
+    dram_ms: np.ndarray  # bytes that miss the L2, at the DRAM bandwidth
+    cached_ms: np.ndarray  # bytes that hit the L2, at the DRAM bandwidth
+    wave_ms: np.ndarray  # whole waves of full-block bytes at the DRAM bandwidth
+    waves: np.ndarray
+    launch_ms: np.ndarray
+    roof_compute_ms: np.ndarray  # the plain roofline terms (bound labels, utilization)
+    roof_memory_ms: np.ndarray
 
     @property
     def t_ref_ms(self) -> np.ndarray:
         """The roofline bound including launch: latency >= t_ref_ms by construction."""
-        return self.work_ms + self.launch_ms
+        return np.maximum(self.roof_compute_ms, self.roof_memory_ms) + self.launch_ms
 
     @property
     def names(self) -> tuple[str, ...]:
         return FEATURES[self.family]
 
+    def select(self, mask: np.ndarray) -> Features:
+        return Features(self.family, *(getattr(self, f)[mask] for f in (
+            "x", "compute_ms", "dram_ms", "cached_ms", "wave_ms", "waves", "launch_ms",
+            "roof_compute_ms", "roof_memory_ms")))
 
-def _safe_log2(a: np.ndarray) -> np.ndarray:
+
+def _log2(a: np.ndarray) -> np.ndarray:
     return np.log2(np.maximum(a, 1e-30))
 
 
-def _common(kc: KernelColumns, dc: DeviceColumns, tiles: np.ndarray, slots: np.ndarray,
-            compute_s: np.ndarray, traffic: np.ndarray | None = None,
-            ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray]:
-    """Shared columns; ``traffic``: DRAM bytes when they exceed the unique bytes."""
-    memory_s = (kc.bytes if traffic is None else traffic) / dc.bandwidth
+def _device_x(kc: KernelColumns, dc: DeviceColumns) -> dict[str, np.ndarray]:
+    return {"log2_sms": _log2(dc.sm_count), "log2_l2_mb": _log2(dc.l2_bytes / 2**20),
+            "log2_itemsize_bytes": _log2(kc.itemsize), "amd": dc.amd,
+            "log2_watts_per_tflop": _log2(dc.watts_per_tflop),
+            "base_clock_ratio": dc.base_clock_ratio}
+
+
+def l2_hits(traffic: np.ndarray, l2_bytes: np.ndarray) -> np.ndarray:
+    """Bytes served by the L2 when the kernel runs again on the same tensors (as the
+    measurements and a model's layers do): all of a working set that fits, none of one twice
+    the L2's size, linearly between. Misses (traffic - hits) never decrease as traffic grows."""
+    return np.where(traffic <= l2_bytes, traffic, np.maximum(0.0, 2.0 * l2_bytes - traffic))
+
+
+def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: DeviceColumns,
+            compute_s: np.ndarray, traffic: np.ndarray, blocks: np.ndarray,
+            slots: np.ndarray, block_bytes: np.ndarray,
+            rereads: np.ndarray | float = 0.0) -> Features:
+    """Split the traffic at the L2, count waves, stack ``x`` in ``FEATURES`` order.
+    ``block_bytes``: DRAM bytes of one full block (fixed by the block shape, not the size);
+    ``rereads``: bytes a block reads again soon after its first read (served by the L2)."""
+    hits = l2_hits(traffic, dc.l2_bytes)
     capacity = dc.sm_count * slots
-    waves = np.maximum(np.ceil(tiles / capacity), 1.0)
-    cols = {
-        "compute_fraction": compute_s / np.maximum(compute_s + memory_s, 1e-30),
-        "inv_waves": 1.0 / waves,
-        "wave_efficiency": tiles / (waves * capacity),
-        "sm_fill": np.minimum(1.0, tiles / dc.sm_count),
-        "l2_fit": np.minimum(1.0, dc.l2_bytes / np.maximum(kc.bytes, 1.0)),
-        "log2_itemsize_bytes": _safe_log2(kc.itemsize),
-        "log2_sms": _safe_log2(dc.sm_count),
-        "log2_l2_mb": _safe_log2(dc.l2_bytes / 2**20),
-    }
-    return cols, dc.launch_s, memory_s
-
-
-def _finish(family: str, cols: dict[str, np.ndarray], launch_s: np.ndarray,
-            compute_s: np.ndarray, memory_s: np.ndarray) -> Features:
-    x = np.stack([cols[name] for name in FEATURES[family]], axis=1).astype(np.float32)
-    return Features(family, x, np.maximum(compute_s, memory_s) * 1e3, launch_s * 1e3,
-                    compute_s * 1e3, memory_s * 1e3)
+    waves = np.maximum(np.ceil(blocks / capacity), 1.0)
+    cols = np.stack([x[name] for name in FEATURES[family]], axis=1).astype(np.float32)
+    return Features(family, cols, compute_s * 1e3, (traffic - hits) / dc.bandwidth * 1e3,
+                    (hits + rereads) / dc.bandwidth * 1e3,
+                    waves * capacity * block_bytes / dc.bandwidth * 1e3,
+                    waves, dc.launch_s * 1e3, kc.flops / dc.peak_flops * 1e3,
+                    kc.bytes / dc.bandwidth * 1e3)
 
 
 def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
@@ -200,36 +248,21 @@ def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     # cuBLAS is column-major: PyTorch's row-major C = A B runs as C^T = B^T A^T, so the
     # kernel's tile rows (tm) cover N and its columns (tn) cover M (the grids confirm it);
     # split-K launches `split` slices of the reduction per output tile (grid z).
-    tiles = b * np.ceil(n / tm) * np.ceil(m / tn) * split
-    k = np.ceil(k / split)  # the reduction length one thread block walks
-    tile_flops = 2.0 * tm * tn * k
-    per_sm_peak = dc.peak_flops / dc.sm_count
-    # The plain roofline, not a wave-quantized one: cuBLAS splits K across extra blocks for
-    # small outputs (the grids in the data show it), so tile counts only feed the features.
-    compute_s = kc.flops / dc.peak_flops
-    cols, launch_s, memory_s = _common(kc, dc, tiles, np.ones_like(tiles), compute_s)
-    tile_c = tile_flops / per_sm_peak
-    tile_m_s = kc.itemsize * (tm * k + tn * k + tm * tn) / (dc.bandwidth / dc.sm_count)
-    cols.update({
+    blocks = b * np.ceil(n / tm) * np.ceil(m / tn) * split
+    slots = np.ones_like(blocks)  # one SGEMM block per SM (their register use allows one)
+    waves = np.maximum(np.ceil(blocks / dc.sm_count), 1.0)
+    block_flops = 2.0 * tm * tn * np.ceil(k / split)
+    compute_s = waves * block_flops / (dc.peak_flops / dc.sm_count)
+    partials = (split - 1.0) * 2.0 * b * m * n * SPLIT_PARTIAL_ITEMSIZE
+    x = _device_x(kc, dc) | {
         "log2_tile_m": np.log2(tm / 128), "log2_tile_n": np.log2(tn / 128),
-        "tile_compute_fraction": tile_c / (tile_c + tile_m_s),
-        "pad_efficiency": m * n / (np.ceil(n / tm) * tm * np.ceil(m / tn) * tn),
-        "log2_k": np.log2(k),
-    })
-    return _finish("matmul", cols, launch_s, compute_s, memory_s)
-
-
-def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
-    elements = np.maximum(kc.elements, 1.0)
-    blocks, _ = tl.elementwise_tiles(elements, kc.itemsize)
-    slots = _slots(dc, np.full_like(blocks, tl.ELEMENTWISE_THREADS))
-    compute_s = kc.flops / dc.peak_flops
-    cols, launch_s, memory_s = _common(kc, dc, blocks, slots, compute_s)
-    cols.update({
-        "operands_per_element": kc.bytes / (elements * np.maximum(kc.itemsize, 1e-3)),
-        "log2_flops_per_element": np.log2(1.0 + kc.flops / elements),
-    })
-    return _finish("elementwise", cols, launch_s, compute_s, memory_s)
+        "tile_intensity": 2.0 * tm * tn / ((tm + tn) * np.maximum(kc.itemsize, 0.5)) / 64.0,
+        "log2_split": np.log2(split),
+        "layout_tn": np.zeros_like(b) if kc.layout_tn is None else kc.layout_tn,
+        "tensor_core": dc.tensor_core}
+    block_bytes = kc.itemsize * ((tm + tn) * np.ceil(k / split) + tm * tn)
+    return _finish("matmul", x, kc, dc, compute_s, kc.bytes + partials, blocks, slots,
+                   block_bytes)
 
 
 def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
@@ -238,29 +271,39 @@ def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
                                  dc.max_blocks_per_sm), 1.0)
 
 
+def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
+    elements = np.maximum(kc.elements, 1.0)
+    blocks, per_block = tl.elementwise_tiles(elements, kc.itemsize)
+    slots = _slots(dc, np.full_like(blocks, tl.ELEMENTWISE_THREADS))
+    block_bytes = per_block * kc.bytes / elements
+    x = _device_x(kc, dc) | {
+        "operands_per_element": kc.bytes / (elements * np.maximum(kc.itemsize, 1e-3)),
+        "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
+    return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
+                   block_bytes)
+
+
 def _row_features(family: str, kc: KernelColumns, dc: DeviceColumns, blocks: np.ndarray,
                   rows_per_block: np.ndarray, threads: np.ndarray, covered: np.ndarray,
                   extra_reads: np.ndarray) -> Features:
     """Row kernels. ``covered``: elements per row the block's (padded) loop walks;
-    ``extra_reads``: passes over the input beyond the first, paid in DRAM traffic for the
-    part of the resident rows that L1 cannot hold."""
+    ``extra_reads``: passes over the input beyond the first; the part of the resident rows
+    that L1 cannot hold is read again from the L2 (the block read it moments before)."""
     cols_ = np.maximum(kc.cols, 1.0)
-    compute_s = kc.flops / dc.peak_flops
     slots = _slots(dc, threads)
-    resident_rows = np.maximum(np.minimum(slots, blocks / dc.sm_count), 1.0) * rows_per_block
-    l1_fit = np.minimum(1.0, dc.l1_bytes / (resident_rows * cols_ * kc.itemsize))
-    input_bytes = kc.rows * cols_ * kc.itemsize
-    traffic = kc.bytes + extra_reads * (1.0 - l1_fit) * input_bytes
-    cols, launch_s, memory_s = _common(kc, dc, blocks, slots, compute_s, traffic)
-    per_thread = cols_ * rows_per_block / threads
-    cols.update({
+    resident_rows = np.maximum(slots, 1.0) * rows_per_block
+    row_bytes = cols_ * kc.itemsize
+    l1_fit = np.minimum(1.0, dc.l1_bytes / (resident_rows * row_bytes))
+    rereads = extra_reads * (1.0 - l1_fit) * kc.rows * row_bytes
+    # Padded lanes do the work of real ones: FLOPs scale with the covered row length.
+    compute_s = kc.flops * np.maximum(covered, cols_) / cols_ / dc.peak_flops
+    x = _device_x(kc, dc) | {
         "log2_cols": np.log2(cols_), "log2_threads": np.log2(threads / 128),
-        "thread_use": np.minimum(1.0, per_thread),
-        "inv_elems_per_thread": 1.0 / np.maximum(per_thread, 1.0),
-        "l1_fit": l1_fit,
+        "rows_per_block": rows_per_block / 8.0,
         "lane_efficiency": cols_ / np.maximum(covered, cols_),
-    })
-    return _finish(family, cols, launch_s, compute_s, memory_s)
+        "l1_rows": np.minimum(1.0, dc.l1_bytes / row_bytes)}
+    block_bytes = rows_per_block * kc.bytes / np.maximum(kc.rows, 1.0)
+    return _finish(family, x, kc, dc, compute_s, kc.bytes, blocks, slots, block_bytes, rereads)
 
 
 def _vector_loop(cols: np.ndarray, threads: np.ndarray, itemsize: np.ndarray) -> np.ndarray:

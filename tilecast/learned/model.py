@@ -1,16 +1,31 @@
-"""The utilization MLP (torch; training only). One class for every family, parameterized by
-its feature names; normalization is part of the module so the export carries it.
+"""The latency model (torch; training only). One class for every family, parameterized by its
+feature names; normalization and the physical form are part of the module so the export
+(``export.py``) carries them.
 
-Two outputs of one trunk, both bounded by construction:
+A small MLP maps the size-independent features ``x`` (``features.py``) to five bounded
+coefficients; the latency is a fixed form in the non-negative, size-monotone work terms:
 
-    u_work = sigmoid(z_work)                      in (0, 1): utilization of the roofline work
-    fixed_ms = launch_ms * (1 + softplus(z_fixed)) >= one launch overhead
-    latency_ms = fixed_ms + work_ms / u_work
-    utilization = (work_ms + launch_ms) / latency_ms   in (0, 1]
+    u_max     = floor + (1 - floor) * sigmoid(h)      compute / memory utilization at large size
+    u_c, u_m  = max(floor, u_max * exp(-beta * softplus(knee - log work)))
+                beta = sigmoid(h) < 1: utilization grows with the kernel's own work up to a
+                knee, but more slowly than the work, so work / u still never decreases
+    r_cache   = sigmoid(h)                             cost of an L2-resident byte vs a DRAM byte
+    setup_ms  = launch_ms * SETUP_MAX * sigmoid(h)     per-wave prologue / epilogue of the blocks
+    fixed_ms  = launch_ms * (1 + FIXED_MAX * sigmoid(h))   launch and one block's latency
+    q_wave    = sigmoid(h)                             a lone wave's bandwidth share vs full
+    busy_c    = compute_ms / u_c + waves * setup_ms
+    busy_m    = smooth max((dram_ms + r_cache * cached_ms) / u_m, q_wave * wave_ms)
+    gpu_ms    = fixed_ms + (busy_c^P + busy_m^P)^(1/P)     (a smooth max: compute and memory
+                                                            overlap in a pipelined kernel)
+    latency_ms = (host_ms^Q + gpu_ms^Q)^(1/Q)          host_ms: the eager per-op dispatch time
 
-Size enters the features only through bounded ratios (waves, fill, L2 fit), so a kernel far
-larger than any training shape keeps the asymptotic ``u_work`` of large training kernels and
-the fixed cost fades: the form the measurements follow (time = a + bytes / achieved rate).
+Why this form: every coefficient is positive and independent of size, so ``gpu_ms`` never
+decreases as any work term grows (monotone in batch, rows, elements and M/N/K by
+construction), it is never below the roofline (u <= 1) and never above the envelope
+``fixed_max + busy at the utilization floor`` (u >= floor, the floor justified per family by the
+training data's percentiles). ``host_ms`` is one learned scalar per family and vendor, not a
+function of the GPU: the training data's smallest kernels take 24-60 us on every GPU alike
+(PyTorch's eager per-op dispatch on the measuring hosts), which a GPU feature cannot explain.
 """
 
 from __future__ import annotations
@@ -21,18 +36,28 @@ import numpy as np
 import torch
 from torch import nn
 
-Z_LIMIT = 30.0  # logit clip, as in export.py: float32 sigmoid never reaches 0
+Z_LIMIT = 30.0  # logit clip, as in export.py
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
+HEADS = ("u_compute", "u_memory", "r_cache", "setup", "fixed", "wave_rate",
+         "knee_compute", "slope_compute", "knee_memory", "slope_memory")
+KNEE_SCALE = 4.0  # knee logit -> log(ms) of the size where utilization saturates: +-4 * 30
+SETUP_MAX = 4.0  # launches of per-wave prologue/epilogue, at most
+FIXED_MAX = 20.0  # a kernel's fixed GPU cost: at most 21 launch overheads
+P_BUSY = 4.0  # smooth max of compute and memory time
+Q_HOST = 6.0  # smooth max of host dispatch and GPU time (the host runs ahead)
+VENDORS = ("nvidia", "amd")
 
 
-class UtilizationMLP(nn.Module):
+class LatencyMLP(nn.Module):
     def __init__(self, feature_names: Sequence[str], hidden: Sequence[int] = (64, 64),
                  activation: str = "silu", mean: np.ndarray | None = None,
                  std: np.ndarray | None = None, lo: np.ndarray | None = None,
-                 hi: np.ndarray | None = None) -> None:
+                 hi: np.ndarray | None = None, u_floor: float = 0.02,
+                 host_ms: float = 0.03) -> None:
         super().__init__()
         self.feature_names = tuple(feature_names)
         self.activation = activation
+        self.u_floor = float(u_floor)
         f = len(self.feature_names)
 
         def buf(name: str, value: np.ndarray | None, default: float) -> None:
@@ -42,39 +67,73 @@ class UtilizationMLP(nn.Module):
         buf("mean", mean, 0.0)
         buf("std", std, 1.0)
         # The training range of each feature: inputs are clamped to it, so an unseen GPU or
-        # shape slightly outside it extrapolates flat instead of along the MLP's last slope.
+        # dtype slightly outside it extrapolates flat instead of along the MLP's last slope.
         buf("lo", lo, -np.inf)
         buf("hi", hi, np.inf)
+        # log host dispatch ms per vendor (index: the "amd" feature).
+        self.log_host_ms = nn.Parameter(torch.full((len(VENDORS),), float(np.log(host_ms))))
         layers: list[nn.Module] = []
         width = f
         for h in hidden:
             layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
             width = h
-        layers.append(nn.Linear(width, 2))  # (z_work, z_fixed)
+        layers.append(nn.Linear(width, len(HEADS)))
         self.net = nn.Sequential(*layers)
 
-    def heads(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def heads(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.minimum(torch.maximum(x, self.lo), self.hi)
-        z = self.net((x - self.mean) / self.std).clamp(-Z_LIMIT, Z_LIMIT)
-        return z[:, 0], z[:, 1]
+        return self.net((x - self.mean) / self.std).clamp(-Z_LIMIT, Z_LIMIT)
 
-    def forward(self, x: torch.Tensor, work_ms: torch.Tensor,
-                launch_ms: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(latency_ms, utilization)."""
-        z_work, z_fixed = self.heads(x)
-        latency = (launch_ms * (1 + nn.functional.softplus(z_fixed))
-                   + work_ms * (1 + torch.exp(-z_work)))  # = work / sigmoid(z_work)
-        return latency, (work_ms + launch_ms) / latency
+    def _vendor(self, x: torch.Tensor) -> torch.Tensor:
+        if "amd" not in self.feature_names:
+            return torch.zeros(len(x), dtype=torch.long)
+        return (x[:, self.feature_names.index("amd")] > 0.5).long()
 
-    def log_latency(self, x: torch.Tensor, log_work: torch.Tensor,
-                    log_launch: torch.Tensor) -> torch.Tensor:
-        """log(latency), computed stably in log space (the training loss needs it)."""
-        z_work, z_fixed = self.heads(x)
-        log_fixed = log_launch + torch.log1p(nn.functional.softplus(z_fixed))
-        log_busy = log_work + nn.functional.softplus(-z_work)  # log(work / sigmoid(z))
-        return torch.logaddexp(log_fixed, log_busy)
+    def log_latency(self, x: torch.Tensor, t: dict[str, torch.Tensor],
+                    with_host: bool = True) -> torch.Tensor:
+        """log(latency ms) from features ``x`` and log work terms ``t`` (log of compute_ms,
+        dram_ms, cached_ms, wave_ms, waves, launch_ms), computed stably in log space."""
+        h = self.heads(x)
+        log_sig = nn.functional.logsigmoid
+        fl = self.u_floor
+        log_mem = torch.logaddexp(t["dram_ms"], t["cached_ms"])
+        log_uc = _utilization(h[:, 0], h[:, 6], h[:, 7], t["compute_ms"], fl)
+        log_um = _utilization(h[:, 1], h[:, 8], h[:, 9], log_mem, fl)
+        log_setup = t["launch_ms"] + np.log(SETUP_MAX) + log_sig(h[:, 3])
+        log_fixed = t["launch_ms"] + torch.log1p(FIXED_MAX * torch.sigmoid(h[:, 4]))
+        log_bc = torch.logaddexp(t["compute_ms"] - log_uc, t["waves"] + log_setup)
+        log_stream = torch.logaddexp(t["dram_ms"], log_sig(h[:, 2]) + t["cached_ms"]) - log_um
+        log_wave = log_sig(h[:, 5]) + t["wave_ms"]
+        log_bm = torch.logaddexp(P_BUSY * log_stream, P_BUSY * log_wave) / P_BUSY
+        log_busy = torch.logaddexp(P_BUSY * log_bc, P_BUSY * log_bm) / P_BUSY
+        log_gpu = torch.logaddexp(log_fixed, log_busy)
+        if not with_host:
+            return log_gpu
+        log_host = self.log_host_ms[self._vendor(x)]
+        return torch.logaddexp(Q_HOST * log_host, Q_HOST * log_gpu) / Q_HOST
 
     def layers_numpy(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """(weight (out, in), bias) of each Linear layer, for the ONNX export."""
         return [(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy())
                 for m in self.net if isinstance(m, nn.Linear)]
+
+    def host_ms(self) -> np.ndarray:
+        return np.exp(self.log_host_ms.detach().numpy().astype(np.float64))
+
+
+def _utilization(h_max: torch.Tensor, h_knee: torch.Tensor, h_slope: torch.Tensor,
+                 log_work: torch.Tensor, floor: float) -> torch.Tensor:
+    """log u: u_max, lowered below the knee by a power of the work less than 1, >= floor."""
+    log_max = torch.log(floor + (1 - floor) * torch.sigmoid(h_max))
+    lift = torch.clamp(log_work, min=-40.0)  # log(0) = -inf: the floor holds there
+    drop = torch.sigmoid(h_slope) * nn.functional.softplus(KNEE_SCALE * h_knee - lift)
+    return torch.clamp(log_max - drop, min=float(np.log(floor)))
+
+
+def log_terms(f, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """The log work terms of ``features.Features`` as tensors (log 0 = -inf is fine: the
+    logaddexp terms then vanish)."""
+    with np.errstate(divide="ignore"):
+        return {k: torch.from_numpy(np.log(np.asarray(getattr(f, k), np.float64)).astype(
+                np.float32)) for k in ("compute_ms", "dram_ms", "cached_ms", "wave_ms",
+                                       "waves", "launch_ms")}

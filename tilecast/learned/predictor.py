@@ -20,10 +20,14 @@ from ..device_db.device import Device
 from ..errors import PredictorError
 from . import features as ft
 from . import tiles as tl
-from .export import ARTIFACT_NAME, SCHEMA_VERSION, io_names
+from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
 from .routing import Parts, Routed, route
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
+# A kernel counts as clamped when a utilization is within this factor of the envelope floor.
+CLAMP_MARGIN = 1.05
+# A feature within this fraction of its training span outside the range is not extrapolation.
+RANGE_TOLERANCE = 0.02
 
 
 def _session(path: Path):
@@ -72,31 +76,58 @@ class OnnxPredictor:
         self.metadata = meta
         self.trained_dtypes = set(json.loads(meta.get("training_dtypes", '["float32"]')))
         self.trained_vendors = set(json.loads(meta.get("training_vendors", '["nvidia"]')))
+        self.u_floor = {k: float(v) for k, v in json.loads(meta["u_floor"]).items()}
+        self.host_dispatch_ms = {k: tuple(v) for k, v
+                                 in json.loads(meta["host_dispatch_ms"]).items()}
+        self.ranges = {fam: (np.asarray(lo), np.asarray(hi)) for fam, (lo, hi)
+                       in json.loads(meta["feature_ranges"]).items()}
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = route(kernels)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
+        return self._collect(kernels, routed, feats, self._run(feats), device)
+
+    def _run(self, feats: dict) -> dict[str, np.ndarray]:
         feed = {}
         for fam, (f, _) in feats.items():
             io = io_names(fam)
             feed[io["features"]] = f.x
-            feed[io["work_ms"]] = f.work_ms.astype(np.float32)
-            feed[io["launch_ms"]] = f.launch_ms.astype(np.float32)
-        names = [io_names(fam)[k] for fam in feats for k in ("latency_ms", "fixed_ms")]
-        outs = dict(zip(names, self.session.run(names, feed), strict=True))
+            for term in TERMS:
+                feed[io[term]] = getattr(f, term).astype(np.float32)
+        keys = ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms")
+        names = [io_names(fam)[k] for fam in feats for k in keys]
+        return dict(zip(names, self.session.run(names, feed), strict=True))
+
+    def _collect(self, kernels, routed, feats, outs, device) -> list[Prediction]:
         n = len(kernels)
-        acc = {k: np.zeros(n) for k in ("latency", "compute", "memory", "fixed")}
+        acc = {k: np.zeros(n) for k in ("latency", "gpu", "compute", "memory", "fixed",
+                                         "host")}
+        clamped = np.zeros(n, dtype=bool)
         tiles = np.full(n, None, dtype=object)
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
-            for key, values in (("latency", outs[io["latency_ms"]]), ("compute", f.compute_ms),
-                                ("memory", f.memory_ms), ("fixed", outs[io["fixed_ms"]])):
+            u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
+            for key, values in (("latency", outs[io["latency_ms"]]),
+                                ("gpu", outs[io["gpu_ms"]]),
+                                ("compute", f.compute_ms / u_c),
+                                ("memory", (f.dram_ms + f.cached_ms) / u_m),
+                                ("fixed", outs[io["fixed_ms"]]),
+                                ("host", self._host_ms(fam, f, device))):
                 np.add.at(acc[key], p.kernel, values)
+            at_floor = np.minimum(u_c, u_m) <= self.u_floor[fam] * CLAMP_MARGIN
+            np.logical_or.at(clamped, p.kernel, at_floor)
             tiles[p.kernel[p.primary]] = tile[p.primary]
-        bound = bounds(acc["compute"], acc["memory"], acc["fixed"])
-        extrapolated = self._extrapolated(routed, device)
+        fixed = np.maximum(acc["fixed"], acc["latency"] - acc["gpu"] + acc["fixed"])
+        bound = bounds(acc["compute"], acc["memory"], fixed)
+        extrapolated = self._extrapolated(routed, feats, device)
         return list(map(Prediction, acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
-                        extrapolated.tolist()))
+                        extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
+                        acc["host"].tolist()))
+
+    def _host_ms(self, family: str, f: ft.Features, device: Device) -> np.ndarray:
+        """The eager per-op dispatch time the model learned for the family and vendor."""
+        nvidia, amd = self.host_dispatch_ms[family]
+        return np.full(len(f.x), amd if device.vendor == "amd" else nvidia)
 
     def _features(self, family: str, p: Parts, device: Device) -> tuple[ft.Features, np.ndarray]:
         n = len(p.kernel)
@@ -108,21 +139,23 @@ class OnnxPredictor:
             tile, split = self.tile_table.select(device.arch, p.layout, x)
             tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
-                              p.rows, p.cols, tm, tn, split)
+                              p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
         f = ft.build_features(family, kc, dc)
-        if family == "matmul":
-            tile = tl.tile_labels(tile, split)
-        else:
-            tile = row_tile_strings(family, kc)
-        return f, tile
+        labels = tl.tile_labels(tile, split) if family == "matmul" else None
+        return f, labels if labels is not None else row_tile_strings(family, kc)
 
-    def _extrapolated(self, routed: Routed, device: Device) -> np.ndarray:
-        """Outside what the models were trained and validated on."""
+    def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
+        """Outside what the models were trained on: a feature beyond its training range (by
+        more than rounding), a dtype or vendor with no data, an estimated cost."""
         out = routed.estimated | ~np.isin(routed.dtype, list(self.trained_dtypes))
         if device.vendor not in self.trained_vendors:
             out[:] = True
-        for p in routed.parts.values():
-            out[p.kernel[p.fallback]] = True
+        for fam, (f, _) in feats.items():
+            lo, hi = self.ranges[fam]
+            span = np.maximum(hi - lo, 1e-6) * RANGE_TOLERANCE
+            outside = ((f.x < lo - span) | (f.x > hi + span)).any(axis=1)
+            p = routed.parts[fam]
+            np.logical_or.at(out, p.kernel, outside & ~p.bytewise)
         return out
 
 

@@ -20,7 +20,8 @@ DeviceLookup = Callable[[str], Device]
 TRAINED_FAMILIES = ("matmul", "elementwise", "softmax", "layernorm")
 # GPUs of the training split (the paper's): only these rows train, whatever the folders hold.
 TRAIN_DEVICES = ("Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB",
-                 "NVIDIA A100-PCIE-40GB")
+                 "NVIDIA A100-PCIE-40GB", "AMD Instinct MI100", "AMD Instinct MI210")
+TRAIN_VENDORS = ("nvidia", "amd")
 
 
 def default_lookup(name: str) -> Device:
@@ -40,11 +41,8 @@ class FamilyData:
     tile: np.ndarray  # str, the tile the features used
 
     def select(self, mask: np.ndarray) -> FamilyData:
-        f = self.features
-        return FamilyData(ft.Features(f.family, f.x[mask], f.work_ms[mask], f.launch_ms[mask],
-                                      f.compute_ms[mask], f.memory_ms[mask]),
-                          self.latency_ms[mask], self.device[mask], self.op[mask],
-                          self.tile[mask])
+        return FamilyData(self.features.select(mask), self.latency_ms[mask], self.device[mask],
+                          self.op[mask], self.tile[mask])
 
 
 def resolve_devices(names: np.ndarray, lookup: DeviceLookup) -> tuple[list[Device], np.ndarray]:
@@ -56,7 +54,8 @@ def resolve_devices(names: np.ndarray, lookup: DeviceLookup) -> tuple[list[Devic
 def matmul_tree_inputs(s: KernelSamples, devices: list[Device],
                        which: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(kernel family per row, layout per row, tree features) of matmul samples."""
-    fam = np.array([tl.ARCH_FAMILY.get(devices[i].arch, "ampere") for i in which], dtype=object)
+    fam = np.array([tl.ARCH_FAMILY.get(devices[i].arch, "ampere") for i in which],
+                   dtype=object)
     layout = np.where(s.op == "linear", "tn", "nn").astype(object)
     sms = np.array([devices[i].sm_count for i in which], dtype=np.float64)
     return fam, layout, tl.tree_features(s.b, s.m, s.n, s.k, sms)
@@ -109,5 +108,6 @@ def family_data(s: KernelSamples, family: str, table: tl.TileTable | None = None
     f = np.float64
     kc = ft.KernelColumns(s.flops.astype(f), s.bytes.astype(f), s.itemsize.astype(f),
                           s.elements.astype(f), s.b.astype(f), s.m.astype(f), s.n.astype(f),
-                          s.k.astype(f), s.rows.astype(f), s.cols.astype(f), tm, tn, split)
+                          s.k.astype(f), s.rows.astype(f), s.cols.astype(f), tm, tn, split,
+                          (s.op == "linear").astype(f))
     return FamilyData(ft.build_features(family, kc, dc), s.latency_ms, s.device, s.op, tile)

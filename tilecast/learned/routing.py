@@ -17,7 +17,7 @@ A kernel becomes one part, or several whose latencies add up (attention). The ru
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from operator import attrgetter
 
 import numpy as np
@@ -30,6 +30,8 @@ _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization"
 _OTHER = 6
 _NO_MM = (0, 0, 0, 0)
 _NO_ROWS = (0, 0)
+# Vector dtypes whose behaviour is measured (or a half-width float of it): others go bytewise.
+MEASURED_VECTOR_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,7 @@ class Parts:
     layout: np.ndarray  # str: "nn" batched matmul | "tn" linear (matmul only)
     primary: np.ndarray  # bool: this part names the kernel's tile
     fallback: np.ndarray  # bool: routed by a rule rather than the kernel's own model
+    bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,21 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
     return Parts(idx, *(np.asarray(cols[k], dtype=np.float64) for k in (
         "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k", "rows", "cols")),
         dtype, unit, layout if layout is not None else np.full(n, "nn", dtype=object),
-        np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy())
+        np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy(),
+        np.zeros(n, dtype=bool))
+
+
+def _bytewise(p: Parts) -> Parts:
+    """Vector kernels of a dtype the data has none of (bool, integers, fp8): the same bytes
+    moved as fp32 elements, through the measured fp32 elementwise behaviour (these kernels are
+    memory-bound; their FLOPs per element are kept)."""
+    odd = ~np.isin(p.dtype, MEASURED_VECTOR_DTYPES)
+    if not odd.any():
+        return p
+    scale = np.where(odd, p.itemsize / 4.0, 1.0)
+    return replace(p, itemsize=np.where(odd, 4.0, p.itemsize), elements=p.elements * scale,
+                   flops=p.flops * scale, dtype=np.where(odd, "float32", p.dtype).astype(object),
+                   bytewise=odd)
 
 
 def _concat(parts: list[Parts]) -> Parts:
@@ -144,7 +161,7 @@ def route(kernels: Sequence[Kernel]) -> Routed:
         rows[name] = [_parts(idx, c | {"elements": c["rows"] * c["cols"]}, dtype[idx],
                              np.full(len(idx), "vector", dtype=object))]
     _attention(col, np.nonzero(is_attn)[0], dtype, matmul, rows["softmax"])
-    parts = {"matmul": _concat(matmul), "elementwise": _concat(elementwise),
+    parts = {"matmul": _concat(matmul), "elementwise": _bytewise(_concat(elementwise)),
              "softmax": _concat(rows["softmax"]), "layernorm": _concat(rows["layernorm"])}
     return Routed(parts, dtype, estimated)
 

@@ -32,7 +32,9 @@ REGENERATE = (
 # measurements here; they take the newest older family (Ampere), which CUDA 12's cuBLAS also
 # ships for them. Pascal's sgemm kernels carry the "maxwell" prefix.
 ARCH_FAMILY = {"maxwell": "maxwell", "pascal": "maxwell", "volta": "volta", "turing": "volta",
-               "ampere": "ampere", "ada": "ampere", "hopper": "ampere", "blackwell": "ampere"}
+               "ampere": "ampere", "ada": "ampere", "hopper": "ampere", "blackwell": "ampere",
+               # AMD: rocBLAS / hipBLASLt Tensile kernels (``Cijk_..._MT64x64x16_...``)
+               "cdna1": "cdna", "cdna2": "cdna", "cdna3": "cdna"}
 _TILE_RE = re.compile(r"(?:tilesize|MT|gemm_|scudnn_(?:winograd_)?)(\d+)x(\d+)")
 _FAMILY_RE = re.compile(r"(maxwell|volta|turing|ampere|ada|hopper)_")
 # PyTorch 2.x native kernels: 128 threads per block; the vectorized elementwise kernel moves 16

@@ -29,9 +29,10 @@ from .dataset import (
     data_hash,
     load_kernels,
 )
-from .model import UtilizationMLP
+from .model import LatencyMLP, log_terms
 from .prepare import (
     TRAIN_DEVICES,
+    TRAIN_VENDORS,
     TRAINED_FAMILIES,
     FamilyData,
     default_lookup,
@@ -64,24 +65,41 @@ def log_ratio_error(pred_ms: np.ndarray, true_ms: np.ndarray) -> float:
     return float(np.mean(np.abs(pred_ms / true_ms - 1.0)) * 100.0)
 
 
-def predict_torch(model: UtilizationMLP, data: FamilyData) -> np.ndarray:
+def predict_torch(model: LatencyMLP, data: FamilyData) -> np.ndarray:
     f = data.features
     with torch.no_grad():
-        lat, _ = model(torch.from_numpy(f.x), torch.from_numpy(f.work_ms.astype(np.float32)),
-                       torch.from_numpy(f.launch_ms.astype(np.float32)))
-    return lat.numpy().astype(np.float64)
+        log_lat = model.log_latency(torch.from_numpy(f.x), log_terms(f))
+    return np.exp(log_lat.numpy().astype(np.float64))
+
+
+# The envelope's utilization floor per family: this percentile of the measured utilization
+# (roofline work / latency) of the training kernels whose roofline work is at least
+# ENVELOPE_MIN_WORK_MS (so fixed costs do not drag it down), times ENVELOPE_MARGIN.
+ENVELOPE_PERCENTILE = 0.5
+ENVELOPE_MIN_WORK_MS = 0.1
+ENVELOPE_MARGIN = 0.5
+
+
+def utilization_floor(data: FamilyData) -> float:
+    f = data.features
+    work = np.maximum(f.roof_compute_ms, f.roof_memory_ms)
+    big = work >= ENVELOPE_MIN_WORK_MS
+    u = work[big] / data.latency_ms[big] if big.any() else work / data.latency_ms
+    return float(np.clip(np.percentile(u, ENVELOPE_PERCENTILE) * ENVELOPE_MARGIN, 1e-3, 0.5))
 
 
 def fit_family(data: FamilyData, config: TrainConfig, val: FamilyData | None = None,
-               progress: Progress | None = None) -> UtilizationMLP:
+               progress: Progress | None = None) -> LatencyMLP:
     """Train one family's model on ``data`` (deterministic for a given seed)."""
     torch.manual_seed(config.seed)
     x = data.features.x
-    model = UtilizationMLP(data.features.names, config.hidden, config.activation,
-                           x.mean(axis=0), x.std(axis=0) + 1e-6, x.min(axis=0), x.max(axis=0))
+    floor = utilization_floor(data)
+    host0 = float(np.percentile(data.latency_ms, 1))
+    model = LatencyMLP(data.features.names, config.hidden, config.activation,
+                       x.mean(axis=0), x.std(axis=0) + 1e-6, x.min(axis=0), x.max(axis=0),
+                       u_floor=floor, host_ms=host0)
     xs = torch.from_numpy(x)
-    log_work = torch.from_numpy(np.log(data.features.work_ms).astype(np.float32))
-    log_launch = torch.from_numpy(np.log(data.features.launch_ms).astype(np.float32))
+    terms = log_terms(data.features)
     log_y = torch.from_numpy(np.log(data.latency_ms).astype(np.float32))
     opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     epochs, n, bs = config.epochs, len(xs), config.batch_size
@@ -91,7 +109,7 @@ def fit_family(data: FamilyData, config: TrainConfig, val: FamilyData | None = N
     for epoch in range(epochs):
         total, t0 = 0.0, time.perf_counter()
         for idx in torch.randperm(n, generator=gen).split(bs):
-            pred = model.log_latency(xs[idx], log_work[idx], log_launch[idx])
+            pred = model.log_latency(xs[idx], {k: v[idx] for k, v in terms.items()})
             loss = (pred - log_y[idx]).abs().mean()
             opt.zero_grad()
             loss.backward()
@@ -104,7 +122,7 @@ def fit_family(data: FamilyData, config: TrainConfig, val: FamilyData | None = N
     return model.eval()
 
 
-def _epoch_line(model: UtilizationMLP, family: str, epoch: int, epochs: int, loss: float,
+def _epoch_line(model: LatencyMLP, family: str, epoch: int, epochs: int, loss: float,
                 val: FamilyData | None, seconds: float) -> str:
     bar = "#" * int(20 * (epoch + 1) / epochs)
     line = f"{family:12s} [{bar:20s}] epoch {epoch + 1:3d}/{epochs} loss {loss:.4f}"
@@ -150,9 +168,13 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
         scores[family] = (log_ratio_error(predict_torch(model, vdata), vdata.latency_ms)
                           if vdata is not None and len(vdata.latency_ms) else float("nan"))
         info[family] = {"rows": len(data.latency_ms), "validation_mape_pct": scores[family],
-                        "train_seconds": round(time.perf_counter() - t0, 1)}
+                        "train_seconds": round(time.perf_counter() - t0, 1),
+                        "utilization_floor": model.u_floor,
+                        "host_dispatch_ms": dict(zip(("nvidia", "amd"),
+                                                     model.host_ms().round(5).tolist(),
+                                                     strict=True))}
         weights.append(to_weights(model, family))
-    vendors = ("nvidia", *collected_vendors(data_dirs))
+    vendors = (*TRAIN_VENDORS, *collected_vendors(data_dirs))
     meta = {"training_data_sha256": data_hash(data_dirs, "train", vendors),
             "training_devices": list(config.devices),
             "training_dtypes": sorted(set(train.dtype.tolist())),
@@ -180,7 +202,7 @@ def _with_collected(lookup, collected: dict[str, Path]):
 def _load_train(data_dirs: Sequence[Path | str]):
     """nvidia train CSVs plus the vendor folders of collected data, whichever exist."""
     parts = []
-    for vendor in ("nvidia", *collected_vendors(data_dirs)):  # the vendors data_hash covers
+    for vendor in (*TRAIN_VENDORS, *collected_vendors(data_dirs)):  # what data_hash covers
         try:
             parts.append(load_kernels(data_dirs, "train", vendor))
         except ConfigError:
@@ -192,17 +214,23 @@ def _load_train(data_dirs: Sequence[Path | str]):
 
 def _validation(data_dirs: Sequence[Path | str], config: TrainConfig):
     """Held-out shapes of the training GPUs, or None when the folders have no eval split."""
-    try:
-        val = load_kernels(data_dirs, "eval")
-    except ConfigError:
+    parts = []
+    for vendor in TRAIN_VENDORS:
+        try:
+            parts.append(load_kernels(data_dirs, "eval", vendor))
+        except ConfigError:
+            continue
+    if not parts:
         return None
+    val = KernelSamples.concat(parts)
     return val.select(np.isin(val.device, config.devices))
 
 
-def to_weights(model: UtilizationMLP, family: str) -> export.FamilyWeights:
+def to_weights(model: LatencyMLP, family: str) -> export.FamilyWeights:
     return export.FamilyWeights(family, model.feature_names, model.mean.numpy(),
                                 model.std.numpy(), model.layers_numpy(), model.activation,
-                                model.lo.numpy(), model.hi.numpy())
+                                model.lo.numpy(), model.hi.numpy(), model.u_floor,
+                                tuple(model.host_ms().tolist()))
 
 
 def _version() -> str:

@@ -1,0 +1,107 @@
+"""Properties of the shipped learned predictor over every device in the database (hypothesis):
+more work never takes less time, every kernel lies inside its envelope, and tiny kernels do
+not rank GPUs backwards."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+hypothesis = pytest.importorskip("hypothesis", reason="property tests need hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from tilecast.analyzer.predictor import roofline_times_ms  # noqa: E402
+from tilecast.analyzer.types import DTYPE_SIZE, Kernel, MatmulDims, OpCost, RowDims  # noqa: E402
+from tilecast.device_db import list_devices  # noqa: E402
+
+DEVICES = list_devices()
+FAMILIES = ("bmm", "linear", "elementwise", "softmax", "layernorm", "reduction")
+DTYPES = ("float32", "float16", "bfloat16", "bool", "int64")
+# Generations in release order, per vendor (a newer part must not be slower on tiny kernels).
+GENERATION = {"pascal": 0, "volta": 1, "turing": 2, "ampere": 3, "ada": 4, "hopper": 5,
+              "blackwell": 6, "cdna1": 0, "cdna2": 1, "cdna3": 2}
+SETTINGS = settings(max_examples=40, deadline=None, derandomize=True)
+
+
+def _predictor():
+    from tilecast.learned.predictor import default_predictor
+
+    return default_predictor()
+
+
+def kernel(family: str, dtype: str, a: int, b: int, c: int, d: int) -> Kernel:
+    """A kernel as the analyzer costs it: matmul (batch a, m b, n c, k d), row kernels
+    (rows a * b, cols c), elementwise and reductions (a * b * c elements)."""
+    size = DTYPE_SIZE[dtype]
+    if family in ("bmm", "linear"):
+        bb = a if family == "bmm" else 1
+        mm = MatmulDims(bb, b, c, d)
+        cost = OpCost("matmul", 2 * bb * b * c * d, int(size * bb * (b * d + d * c + b * c)),
+                      dtype, "matrix", matmul=mm, elements=bb * b * c)
+        return Kernel("k", ("k",), "Gemm" if family == "linear" else "MatMul", cost)
+    if family in ("softmax", "layernorm"):
+        rows = RowDims(a * b, c)
+        n = a * b * c
+        fam = "softmax" if family == "softmax" else "normalization"
+        cost = OpCost(fam, 5 * n, int(2 * size * n), dtype, rows=rows, elements=n)
+        return Kernel("k", ("k",), "Softmax", cost)
+    n = a * b * c
+    if family == "reduction":
+        cost = OpCost("reduction", n, int(size * n + size * a), dtype, rows=RowDims(a, b * c),
+                      elements=a)
+        return Kernel("k", ("k",), "ReduceSum", cost)
+    cost = OpCost("elementwise", n, int(3 * size * n), dtype, elements=n)
+    return Kernel("k", ("k",), "Add", cost)
+
+
+dims = st.tuples(*(st.integers(1, 2048) for _ in range(4)))
+
+
+@SETTINGS
+@given(family=st.sampled_from(FAMILIES), dtype=st.sampled_from(DTYPES), base=dims,
+       which=st.integers(0, 3), factor=st.integers(2, 8))
+def test_more_work_never_takes_less_time(family, dtype, base, which, factor) -> None:
+    if family in ("bmm", "linear") and dtype in ("bool", "int64"):
+        dtype = "float32"
+    grown = list(base)
+    grown[which] *= factor
+    small, big = kernel(family, dtype, *base), kernel(family, dtype, *grown)
+    pred = _predictor()
+    for dev in DEVICES:
+        a, b = pred.predict([small, big], dev)
+        assert b.latency_ms >= a.latency_ms * (1 - 1e-5), (dev.name, small, big, a, b)
+        assert b.gpu_ms >= a.gpu_ms * (1 - 1e-5), (dev.name, small, big, a, b)
+
+
+@SETTINGS
+@given(family=st.sampled_from(FAMILIES), dtype=st.sampled_from(DTYPES), base=dims)
+def test_every_kernel_inside_its_envelope(family, dtype, base) -> None:
+    """Never faster than the roofline at the device's peaks, never slower than the envelope
+    ceiling (the utilization floor's time plus the fixed costs), always finite."""
+    if family in ("bmm", "linear") and dtype in ("bool", "int64"):
+        dtype = "float32"
+    k = kernel(family, dtype, *base)
+    pred = _predictor()
+    for dev in DEVICES:
+        p = pred.predict([k], dev)[0]
+        compute_ms, memory_ms = roofline_times_ms(k, dev)
+        floor_ms = max(compute_ms, memory_ms)
+        assert p.gpu_ms >= floor_ms * 0.99, (dev.name, k, p)
+        # Ceiling: 21 launches + waves' setup + work at a 0.1 % utilization, a loose bound
+        # that still catches any runaway (the old predictor forecast a 16 kB And at 151 ms).
+        assert p.latency_ms <= 1.0 + 1000 * (compute_ms + memory_ms) * 4, (dev.name, k, p)
+        assert p.latency_ms >= p.gpu_ms * (1 - 1e-6)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tiny_kernels_do_not_rank_gpus_backwards(family: str) -> None:
+    """A 128-element kernel of each family: within 1.5x on every pair of GPUs of a vendor
+    where the second is of the same or a newer generation."""
+    k = kernel(family, "float32", 1, 8, 16, 8)
+    pred = _predictor()
+    lat = {d.name: pred.predict([k], d)[0].latency_ms for d in DEVICES}
+    for a, b in itertools.permutations(DEVICES, 2):
+        if a.vendor == b.vendor and GENERATION[b.arch] >= GENERATION[a.arch]:
+            assert lat[b.name] <= 1.5 * lat[a.name], (family, a.name, b.name, lat)

@@ -1,0 +1,61 @@
+"""Leave-one-GPU-out cross-validation: the protocol that chooses features, target and
+hyper-parameters (``tilecast kernels-eval --cv logo``).
+
+Each fold trains on every training GPU but one and scores the held-out GPU on all of its
+kernels (train and eval shapes alike: the GPU itself is unseen), beside the roofline on the
+same rows. The development GPUs (L4, A100 80GB) are never part of this protocol.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from ..analyzer.predictor import RooflinePredictor
+from .dataset import KernelSamples, load_kernels
+from .evaluate import EvalRow, load_eval, mape_rows, predict_by_device
+from .prepare import TRAIN_DEVICES, DeviceLookup, default_lookup
+
+# The folds: NVIDIA's five training GPUs (AMD's two train in every fold).
+LOGO_GPUS = tuple(d for d in TRAIN_DEVICES if not d.startswith("AMD"))
+
+
+def held_out_rows(data_dirs: Sequence[Path | str], gpu: str) -> KernelSamples:
+    """Every measured kernel of one GPU, train and eval splits."""
+    s = KernelSamples.concat([load_kernels(data_dirs, "train"), load_eval(data_dirs)])
+    return s.select(s.device == gpu)
+
+
+def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOGO_GPUS,
+         lookup: DeviceLookup = default_lookup,
+         progress: Callable[[str], None] | None = None) -> list[EvalRow]:
+    """MAPE per held-out GPU x family for tilecast (trained without that GPU) and roofline."""
+    from .predictor import OnnxPredictor
+    from .train import TrainConfig, train_all
+
+    config = config or TrainConfig()
+    rows: list[EvalRow] = []
+    for gpu in gpus:
+        if progress:
+            progress(f"fold: {gpu} held out")
+        fold = replace(config, devices=tuple(d for d in config.devices if d != gpu))
+        with tempfile.TemporaryDirectory() as tmp:
+            train_all(data_dirs, tmp, fold, progress=None, lookup=lookup)
+            test = held_out_rows(data_dirs, gpu)
+            preds = {"tilecast": predict_by_device(OnnxPredictor(Path(tmp)), test, lookup),
+                     "roofline": predict_by_device(RooflinePredictor(), test, lookup)}
+        rows += mape_rows(test, preds)
+    return rows
+
+
+def summary(rows: Sequence[EvalRow]) -> dict[str, float]:
+    """Mean MAPE over the folds per family (tilecast)."""
+    out: dict[str, list[float]] = {}
+    for r in rows:
+        if r.predictor == "tilecast":
+            out.setdefault(r.family, []).append(r.mape_pct)
+    return {fam: float(np.mean(v)) for fam, v in out.items()}
