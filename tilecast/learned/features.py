@@ -52,6 +52,13 @@ SPLIT_PARTIAL_ITEMSIZE = 4.0
 _DEVICE = ("log2_sms", "log2_l2_mb", "log2_itemsize_bytes", "amd", "log2_watts_per_tflop",
            "base_clock_ratio")
 _ROW = ("log2_cols", "log2_threads", "rows_per_block", "lane_efficiency", "l1_rows")
+# What the fixed-cost and per-wave setup heads may not see: the matmul tile and layout (a
+# tile switch must not change them), and for the fixed cost the device too (tiny kernels cost
+# the same launch and block latency on every GPU).
+SETUP_EXCLUDED = frozenset({"log2_tile_m", "log2_tile_n", "tile_intensity", "log2_split",
+                            "layout_tn"})
+FIXED_EXCLUDED = SETUP_EXCLUDED | {"log2_sms", "log2_l2_mb", "amd", "log2_watts_per_tflop",
+                                   "base_clock_ratio"}
 FEATURES: dict[str, tuple[str, ...]] = {
     "matmul": _DEVICE + ("log2_tile_m", "log2_tile_n", "tile_intensity", "log2_split",
                          "layout_tn", "tensor_core"),

@@ -36,11 +36,14 @@ import numpy as np
 import torch
 from torch import nn
 
+from .features import FIXED_EXCLUDED, SETUP_EXCLUDED
+
 Z_LIMIT = 30.0  # logit clip, as in export.py
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
 HEADS = ("u_compute", "u_memory", "r_cache", "setup", "fixed", "wave_rate",
          "knee_compute", "slope_compute", "knee_memory", "slope_memory")
 KNEE_SCALE = 4.0  # knee logit -> log(ms) of the size where utilization saturates: +-4 * 30
+SETUP_HIDDEN = 16  # the setup head's own small MLP (it may not see the tile)
 SETUP_MAX = 4.0  # launches of per-wave prologue/epilogue, at most
 FIXED_MAX = 20.0  # a kernel's fixed GPU cost: at most 21 launch overheads
 P_BUSY = 4.0  # smooth max of compute and memory time
@@ -79,10 +82,32 @@ class LatencyMLP(nn.Module):
             width = h
         layers.append(nn.Linear(width, len(HEADS)))
         self.net = nn.Sequential(*layers)
+        # The fixed and per-wave setup costs see neither the GPU nor the tile: a linear head on
+        # the kernel's kind only, so tiny kernels rank GPUs alike and a tile switch cannot
+        # turn a larger kernel's fixed costs below a smaller one's (features.py).
+        self.register_buffer("setup_mask", torch.tensor(
+            [0.0 if n in SETUP_EXCLUDED else 1.0 for n in self.feature_names]))
+        self.register_buffer("fixed_mask", torch.tensor(
+            [0.0 if n in FIXED_EXCLUDED else 1.0 for n in self.feature_names]))
+        self.setup_net = nn.Sequential(nn.Linear(f, SETUP_HIDDEN), ACTIVATIONS[activation](),
+                                       nn.Linear(SETUP_HIDDEN, 1))
+        self.fixed_head = nn.Linear(f, 1)
 
     def heads(self, x: torch.Tensor) -> torch.Tensor:
         x = torch.minimum(torch.maximum(x, self.lo), self.hi)
-        return self.net((x - self.mean) / self.std).clamp(-Z_LIMIT, Z_LIMIT)
+        xn = (x - self.mean) / self.std
+        h = self.net(xn)
+        h_setup = self.setup_net(xn * self.setup_mask)
+        h_fixed = self.fixed_head(xn * self.fixed_mask)
+        return torch.cat([h[:, :3], h_setup, h_fixed, h[:, 5:]], dim=1).clamp(-Z_LIMIT, Z_LIMIT)
+
+    def side_heads_numpy(self) -> dict:
+        """The setup MLP and fixed linear head, with their input masks, for the export."""
+        layers = [(m.weight.detach().numpy().copy(), m.bias.detach().numpy().copy())
+                  for m in self.setup_net if isinstance(m, nn.Linear)]
+        return {"setup_layers": layers, "setup_mask": self.setup_mask.numpy().copy(),
+                "fixed_w": self.fixed_head.weight.detach().numpy()[0] * self.fixed_mask.numpy(),
+                "fixed_b": float(self.fixed_head.bias.detach().numpy()[0])}
 
     def _vendor(self, x: torch.Tensor) -> torch.Tensor:
         if "amd" not in self.feature_names:

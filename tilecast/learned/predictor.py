@@ -114,15 +114,23 @@ class OnnxPredictor:
                                 ("fixed", outs[io["fixed_ms"]]),
                                 ("host", self._host_ms(fam, f, device))):
                 np.add.at(acc[key], p.kernel, values)
-            at_floor = np.minimum(u_c, u_m) <= self.u_floor[fam] * CLAMP_MARGIN
+            # Held at the envelope: the utilization of the term that dominates the kernel's
+            # work is at the floor, and that work outweighs the fixed costs.
+            c_busy, m_busy = f.compute_ms / u_c, (f.dram_ms + f.cached_ms) / u_m
+            u_dom = np.where(c_busy >= m_busy, u_c, u_m)
+            at_floor = (u_dom <= self.u_floor[fam] * CLAMP_MARGIN) & (
+                np.maximum(c_busy, m_busy) >= outs[io["fixed_ms"]])
             np.logical_or.at(clamped, p.kernel, at_floor)
             tiles[p.kernel[p.primary]] = tile[p.primary]
         fixed = np.maximum(acc["fixed"], acc["latency"] - acc["gpu"] + acc["fixed"])
         bound = bounds(acc["compute"], acc["memory"], fixed)
         extrapolated = self._extrapolated(routed, feats, device)
-        return list(map(Prediction, acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
-                        extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
-                        acc["host"].tolist()))
+        return [Prediction(latency_ms=lat, bound=b, tile=t, extrapolated=e, gpu_ms=g,
+                           clamped=c, host_ms=h)
+                for lat, b, t, e, g, c, h in zip(
+                    acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
+                    extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
+                    acc["host"].tolist(), strict=True)]
 
     def _host_ms(self, family: str, f: ft.Features, device: Device) -> np.ndarray:
         """The eager per-op dispatch time the model learned for the family and vendor."""

@@ -229,8 +229,9 @@ def _validation(data_dirs: Sequence[Path | str], config: TrainConfig):
 def to_weights(model: LatencyMLP, family: str) -> export.FamilyWeights:
     return export.FamilyWeights(family, model.feature_names, model.mean.numpy(),
                                 model.std.numpy(), model.layers_numpy(), model.activation,
-                                model.lo.numpy(), model.hi.numpy(), model.u_floor,
-                                tuple(model.host_ms().tolist()))
+                                model.lo.numpy(), model.hi.numpy(), u_floor=model.u_floor,
+                                host_ms=tuple(model.host_ms().tolist()),
+                                **model.side_heads_numpy())
 
 
 def _version() -> str:
