@@ -86,7 +86,9 @@ def test_bare_onnxruntime_matches_predictor_on_documented_row() -> None:
     pred = default_predictor().predict([kernel], load_device("NVIDIA L4"))[0]
     assert pred.latency_ms == pytest.approx(float(bare_ms[0]), rel=1e-5)
     assert pred.gpu_ms == pytest.approx(float(gpu_ms[0]), rel=1e-5)
-    assert pred.tile == "128x4" and not pred.extrapolated
+    # The L4's board power per TFLOP (2.4 W) is below every training GPU's (T4: 8.6 W): an
+    # honest "extrapolated" label.
+    assert pred.tile == "128x4" and pred.extrapolated
     roofline = max(terms["compute_ms"], (12 * 2**24) / 300e9 * 1e3) + terms["launch_ms"]
     assert pred.gpu_ms >= roofline * (1 - 1e-5)  # never faster than the roofline bound
 
@@ -157,9 +159,11 @@ def test_predict_every_family_batched() -> None:
     assert all(p.latency_ms > 0 and p.bound in BOUNDS for p in out)
     assert by["mm"].tile in {"128x128", "128x64", "64x64", "128x32", "32x128", "32x32", "64x32"}
     assert by["sm"].tile == "4x128" and by["ln"].tile == "1x128"
-    assert not by["mm"].extrapolated and not by["sm"].extrapolated
-    for name in ("attn", "sum", "half"):  # composed, fallback, no fp16 training data
-        assert by[name].extrapolated, name
+    # extrapolated means outside the data: fp16 (no 16-bit training data), not an fp32
+    # attention composed of measured parts or a reduction costed as a copy.
+    for name in ("mm", "sm", "attn", "sum"):
+        assert not by[name].extrapolated, name
+    assert by["half"].extrapolated
     # Attention = Q K^T + softmax + P V of the same dims: more than the Q K^T matmul alone.
     assert by["attn"].latency_ms > by["mm"].latency_ms
     assert pred.predict([], load_device("l4")) == []
