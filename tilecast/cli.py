@@ -114,9 +114,12 @@ def main() -> None:
               show_default=True, help="Training mode: add the optimizer step.")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many of the slowest kernels to list.")
+@click.option("--strict", is_flag=True,
+              help="Exit 2 when the forecast is incomplete (unsupported or unshaped ops).")
 @output_options(("table", "json", "csv", "markdown"))
 def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bool,
-            predictor: str, optimizer: str, top: int, fmt: str, output: str | None) -> None:
+            predictor: str, optimizer: str, top: int, strict: bool, fmt: str,
+            output: str | None) -> None:
     """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU.
 
     \b
@@ -124,6 +127,7 @@ def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bo
       tilecast analyze model.onnx --device l4 --dim batch=8 --top 5
       tilecast analyze model.onnx --device a100-80gb --mode training --optimizer adam
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
+      tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
     """
     from .analyzer.pipeline import analyze as run
     from .report import render
@@ -131,6 +135,9 @@ def analyze(model: str, device: str, dims: dict[str, int], mode: str, fusion: bo
     forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
                    optimizer=optimizer)
     write_output(render(forecast, fmt, top), output)
+    if strict and forecast.incomplete:
+        _fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
+              f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)")
 
 
 @main.group(invoke_without_command=True)

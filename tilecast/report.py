@@ -49,13 +49,18 @@ def _header_lines(f: Forecast) -> list[str]:
     return lines
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())) or "none"
+
+
 def _unsupported_lines(f: Forecast) -> list[str]:
-    if not f.unsupported:
-        return ["unsupported ops: none"]
-    ops = ", ".join(f"{op} x{n}" for op, n in sorted(f.unsupported.items()))
-    return [f"unsupported ops: {ops}",
-            f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} ms "
-            "of the total)"]
+    lines = [f"unsupported ops: {_counts(dict(f.unsupported))}"]
+    if f.unshaped:
+        lines.append(f"unshaped ops: {_counts(dict(f.unshaped))} (shapes cannot be derived)")
+    if f.incomplete:
+        lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
+                     "ms of the total; the forecast is incomplete)")
+    return lines
 
 
 def render_table(f: Forecast, top: int = 10) -> str:

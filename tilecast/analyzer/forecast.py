@@ -81,6 +81,13 @@ class Forecast:
     fusion: bool = False
     dims: Mapping[str, int] = field(default_factory=dict)
     node_count: int = 0
+    unshaped: Mapping[str, int] = field(default_factory=dict)  # op_type -> count
+
+    @property
+    def incomplete(self) -> bool:
+        """Some node's work is an estimate, not a formula: an op with no cost formula
+        (``unsupported``) or one whose shapes cannot be derived (``unshaped``)."""
+        return bool(self.unsupported or self.unshaped)
 
     @property
     def total_ms(self) -> float:
@@ -126,6 +133,8 @@ class Forecast:
             "kernels": [k.to_dict() for k in self.kernels],
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
+            "unshaped": dict(sorted(self.unshaped.items())),
+            "incomplete": self.incomplete,
             "zero_cost": dict(sorted(self.zero_cost.items())),
         }
 
@@ -158,6 +167,7 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
+            unshaped=dict(data.get("unshaped") or {}),
         )
 
     @classmethod

@@ -82,10 +82,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         raise TilecastError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
     dev = device if isinstance(device, Device) else load_device(device)
     pred = resolve_predictor(predictor)
-    proto = load_model(model)
-    if isinstance(model, onnx.ModelProto):
-        proto = onnx.ModelProto()
-        proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
+    proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
     results = fold_linear_bias(cost_graph(graph))
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
@@ -100,5 +97,6 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
+        unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
         fusion=fusion, dims=dict(dims or {}), node_count=len(results),
     )

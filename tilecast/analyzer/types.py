@@ -27,7 +27,7 @@ DTYPE_SIZE: dict[str, float] = {name: size for name, size in DTYPES.values()}
 
 FAMILIES = (
     "matmul", "conv", "attention", "elementwise", "normalization", "softmax", "reduction",
-    "pooling", "gather", "movement", "unsupported",
+    "pooling", "gather", "movement", "unsupported", "unshaped",
 )
 
 
