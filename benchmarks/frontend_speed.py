@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +48,8 @@ print(json.dumps(out))
 def measure(path: Path, device: str, dims: dict[str, int]) -> dict[str, object]:
     """Run the child on one graph; its result with ``rss_mb`` (the child's peak RSS) added."""
     proc = subprocess.Popen([sys.executable, "-c", CHILD, str(path), device, json.dumps(dims)],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            cwd=tempfile.gettempdir())  # tilecast from PYTHONPATH, not cwd
     out = proc.stdout.read() if proc.stdout else ""
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)

@@ -72,10 +72,13 @@ def _check_bound(graph: Graph, node: NodeView) -> NodeResult | None:
     if not unknown:
         return None
     if graph.unbound_inputs:
+        names = ", ".join(f"'{d}'" for d in graph.unbound_inputs)
         binds = " ".join(f"--dim {d}=VALUE" for d in graph.unbound_inputs)
-        raise ShapeError(f"node '{node.name}' ({node.op_type}, shapes {node.shape_str()}) "
-                         f"depends on unbound graph input dims "
-                         f"{', '.join(graph.unbound_inputs)}: bind them with {binds}")
+        several = len(graph.unbound_inputs) > 1
+        raise ShapeError(f"graph input dim{'s' if several else ''} {names} "
+                         f"{'are' if several else 'is'} unbound (needed at node '{node.name}' "
+                         f"({node.op_type}, shapes {node.shape_str()})); bind "
+                         f"{'them' if several else 'it'} with {binds}")
     return unsupported_result(node, f"shape of {unknown[0]!r} cannot be derived "
                                     f"(shapes {node.shape_str()})", outcome="unshaped")
 

@@ -13,7 +13,7 @@ needed: initializers arrive stripped of their data (``weightless.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -197,7 +197,7 @@ def rule_dtype(node: onnx.NodeProto, ins: list[onnx.TypeProto | None]) -> int:
     return next((e for e in elems if e in floats), elems[0] if elems else onnx.TensorProto.FLOAT)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _op_class(op_type: str, version: int) -> Any:
     from onnx.reference.ops import load_op
 
