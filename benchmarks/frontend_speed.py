@@ -1,4 +1,4 @@
-"""Front-end speed and memory on the exporter corpus: time and peak RSS of one ``analyze`` per graph.
+"""Front-end speed and memory on the exporter corpus: time and peak RSS of ``analyze`` per graph.
 
 Every graph of ``tests/corpus`` (built on the fly and cached under ``~/.cache/tilecast/corpus``,
 including GPT-2 small with ~500 MB of inline weights) is analyzed in a fresh subprocess with only
