@@ -5,8 +5,8 @@ Each builder writes one graph with tiny configs (2 layers, hidden 64-128) and sy
 info), torch.onnx dynamo (unnamed dims), Hugging Face models built from configs, onnxruntime's
 transformer optimizer, fp16 conversion, dynamic and QDQ static quantization, a small CNN, LSTM
 and GRU. Graphs are cached under ``$TILECAST_CORPUS`` (default ``~/.cache/tilecast/corpus``) in a
-folder keyed by a hash of this module's source and the library versions, so an edit or an upgrade
-rebuilds them. Importing this module never imports torch; building does.
+folder keyed by a hash of the builders' source (and tilecast's exporter) and the library versions,
+so an edit or an upgrade rebuilds them. Importing this module never imports torch; building does.
 """
 
 from __future__ import annotations
@@ -37,7 +37,12 @@ def _key() -> str:
     import torch
     import transformers
 
-    text = Path(builders.__file__).read_text(encoding="utf-8")
+    import tilecast.exporters
+
+    # the builders, and tilecast's own exporter (one graph comes from it)
+    sources = [Path(builders.__file__), *sorted(Path(tilecast.exporters.__file__).parent.glob(
+        "*.py"))]
+    text = "".join(p.read_text(encoding="utf-8") for p in sources)
     versions = f"{torch.__version__} {transformers.__version__} {onnx.__version__} " \
                f"{onnxruntime.__version__}"
     return hashlib.sha256((text + versions).encode()).hexdigest()[:12]
@@ -84,3 +89,30 @@ def build(name: str, folder: Path | None = None) -> Path:
 
 NAMES: tuple[str, ...] = tuple(builders.CORPUS)
 Builder = Callable[..., None]
+
+
+def dims_of(name: str) -> dict[str, int]:
+    """The input dims of graph ``name``, bound as a user would."""
+    return {d: DIMS[d] for d in builders.CORPUS[name].dims}
+
+
+def _graph(name: str) -> onnx.GraphProto:
+    return onnx.load(str(build(name)), load_external_data=False).graph
+
+
+def op_types(name: str) -> set[str]:
+    """Domain-qualified op types of graph ``name`` (``com.microsoft::Attention``)."""
+    return {f"{n.domain}::{n.op_type}" if n.domain not in ("", "ai.onnx") else n.op_type
+            for n in _graph(name).node}
+
+
+def anonymous_dims(name: str) -> dict[str, int]:
+    """How many value_info dims the exporter left anonymous (``unk__N``) or unnamed."""
+    out = {"unk": 0, "unnamed": 0}
+    for vi in _graph(name).value_info:
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param.startswith("unk__"):
+                out["unk"] += 1
+            elif not d.dim_param and not d.HasField("dim_value"):
+                out["unnamed"] += 1
+    return out
