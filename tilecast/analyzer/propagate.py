@@ -139,7 +139,7 @@ class _Pass:
         if node.domain not in ("", "ai.onnx") or node.op_type in NOT_EVALUATED:
             return None
         if node.op_type in ("Shape", "Size"):
-            shape = shape_of(self.types.get(node.input[0]))
+            shape = shape_of(self.types.get(node.input[0])) if node.input else None
             if shape is None or not all(isinstance(d, int) for d in shape):
                 return None
             attrs = {a.name: a.i for a in node.attribute}
