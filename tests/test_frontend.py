@@ -165,3 +165,17 @@ def test_in_memory_model_is_stripped_not_modified(tmp_path):
     stripped = load_model(model)
     assert stripped.graph.initializer[0].raw_data == b""
     assert model.SerializeToString() == before
+
+
+# BiasSplitGelu has no tilecast shape rule; onnxruntime's symbolic shape inference knows it.
+ORT_ONLY = """
+<ir_version: 8, opset_import: ["" : 17, "com.microsoft": 1]>
+g (float[batch, 4, 16] x, float[16] b) => (float[batch, 4, 8] y) {
+  h = com.microsoft.BiasSplitGelu(x, b)
+  y = Relu(h)
+}"""
+
+
+def test_onnxruntime_symbolic_inference_is_the_fallback():
+    shapes = _shapes(onnx.parser.parse_model(ORT_ONLY), {"batch": 2})
+    assert shapes["h"] == (2, 4, 8)  # (N, S, D / 2)

@@ -136,7 +136,8 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     dims = dict(dims or {})
     input_dims = graph_input_dims(model)
     _check_dims(dims, input_dims)
-    known = propagate(model, dims)
+    # with input dims left unbound, unknown shapes are expected: the error will name the dims
+    known = propagate(model, dims, fallback=set(input_dims) <= set(dims))
     unbound: dict[str, str] = {}
     values: dict[str, TensorInfo] = {t.name: _initializer_info(t)
                                      for t in model.graph.initializer}

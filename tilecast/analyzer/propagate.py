@@ -216,9 +216,41 @@ def _run(node: onnx.NodeProto, version: int, inputs: list[np.ndarray | None],
     return [np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else None for v in out]
 
 
-def propagate(model: onnx.ModelProto, dims: Mapping[str, int]) -> dict[str, onnx.TypeProto]:
-    """The type of every value of the main graph that can be known, in one pass."""
+def propagate(model: onnx.ModelProto, dims: Mapping[str, int], *, fallback: bool = True,
+              ) -> dict[str, onnx.TypeProto]:
+    """The type of every value of the main graph that can be known, in one pass; where it
+    leaves values unknown and ``fallback`` is set, onnxruntime's symbolic shape inference is
+    asked for those (``ort_fallback``)."""
     p = _Pass(model, dims)
     for node in model.graph.node:
         p.visit(node)
+    if fallback:
+        ort_fallback(model, dims, p.types)
     return p.types
+
+
+def ort_fallback(model: onnx.ModelProto, dims: Mapping[str, int],
+                 types: dict[str, onnx.TypeProto]) -> None:
+    """Fill values the pass left unknown from onnxruntime's SymbolicShapeInference, guarded:
+    only unknown values take its answer, only concrete answers are taken, and never on a graph
+    with the ONNX-domain ``Attention`` (opset 23), which it mistakes for com.microsoft's."""
+    missing = {o for n in model.graph.node for o in n.output if o and not _concrete(types.get(o))}
+    if not missing or any(n.op_type == "Attention" and n.domain in ("", "ai.onnx")
+                          for n in model.graph.node):
+        return
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return
+    bound = onnx.ModelProto()
+    bound.CopyFrom(model)  # weightless: a cheap copy
+    del bound.graph.value_info[:]
+    for vi in bound.graph.input:
+        vi.type.CopyFrom(_bound(vi.type, dims))
+    try:
+        out = SymbolicShapeInference.infer_shapes(bound, auto_merge=True)
+    except Exception:  # best effort: its failures are many and untyped
+        return
+    for vi in (*out.graph.value_info, *out.graph.output):
+        if vi.name in missing and _concrete(vi.type):
+            types[vi.name] = vi.type
