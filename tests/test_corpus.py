@@ -51,6 +51,26 @@ def test_anonymous_and_unnamed_dims_are_present_as_exported():
     assert corpus.anonymous_dims("bert_dynamo")["unnamed"] > 0
 
 
+SAME_MODEL = {
+    "bert": ("bert_legacy", "bert_dynamo", "bert_tilecast", "bert_ort_opt", "bert_ort_fp16",
+             "bert_qdynamic", "bert_ort_qdynamic"),
+    "gpt2": ("gpt2_legacy", "gpt2_ort_opt"),
+    "llama": ("llama_legacy", "llama_dynamo"),
+    "cnn": ("cnn_legacy", "cnn_dynamo", "cnn_qdq"),
+}
+
+
+@pytest.mark.parametrize("model", sorted(SAME_MODEL))
+def test_same_model_has_the_same_matrix_work_from_every_exporter(model):
+    # Derived shapes are right whatever the exporter: the matmul + attention + conv FLOPs of
+    # one model agree. Within 1 %: bias adds ride in a Gemm / fused epilogue or not, and a
+    # BatchNorm is folded into the conv bias by one exporter and not by another.
+    flops = {n: sum(k.kernel.flops for k in forecast(n).kernels
+                    if k.kernel.family in ("matmul", "attention", "conv"))
+             for n in SAME_MODEL[model]}
+    assert max(flops.values()) <= 1.01 * min(flops.values()), flops
+
+
 @NEEDS_COSTS
 def test_same_bert_from_three_exporters_agrees():
     # torch.onnx legacy, torch.onnx dynamo and tilecast export of one BERT config (2x16 tokens)

@@ -16,9 +16,12 @@ ShapeRule = Callable[[Sequence[Shape | None], onnx.NodeProto], list[Shape | None
 
 
 def _same_as_input0(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
-    # Fused elementwise/normalization ops: every output the node declares (main output, and the
-    # residual sum of SkipLayerNormalization) has the input's shape; stats outputs are skipped.
-    return [ins[0]] + [ins[0] if i == 3 else None for i in range(1, len(node.output))]
+    # Fused elementwise/normalization ops: the main output and the residual sum (output 3 of
+    # SkipLayerNormalization) have the input's shape; the normalizations' mean / inv-std
+    # outputs (1, 2) hold one value per row, the normalized last dim kept as 1.
+    x = ins[0]
+    stats = None if x is None or not x else (*x[:-1], 1)
+    return [x] + [x if i == 3 else stats for i in range(1, len(node.output))]
 
 
 def _attention(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
