@@ -82,7 +82,8 @@ def output_options(formats: tuple[str, ...]) -> Callable:
 def model_options(fn: Callable) -> Callable:
     for opt in reversed((
         click.option("--dim", "dims", multiple=True, callback=_parse_dims, metavar="NAME=N",
-                     help="Bind a symbolic dim (repeatable), e.g. --dim batch=8."),
+                     help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every "
+                          "other dim is derived."),
         click.option("--mode", type=click.Choice(("inference", "training")),
                      default="inference", show_default=True),
         click.option("--fusion/--no-fusion", default=False, show_default=True,
