@@ -93,6 +93,9 @@ class _Pass:
             if vi.name not in self.types and vi.type.HasField("tensor_type"):
                 self.types[vi.name] = _bound(vi.type, dims)
         self.hints = _hints(model, dims)
+        # custom-domain ops that left outputs unknown from known inputs: what the fallback can
+        # help with (a data-dependent ONNX op such as NonZero it cannot size either)
+        self.custom_roots: list[str] = []
 
     def _keep(self, name: str, value: np.ndarray | None) -> None:
         if value is not None and value.size <= SMALL_ELEMENTS:
@@ -114,6 +117,10 @@ class _Pass:
                 tp = self.hints[name]
             if tp is not None:
                 self.types[name] = tp
+        if node.domain not in ("", "ai.onnx") and \
+                all(_concrete(self.types.get(n)) for n in node.input if n) and \
+                not all(_concrete(self.types.get(n)) for n in node.output if n):
+            self.custom_roots.append(node.op_type)
 
     def _infer(self, node: onnx.NodeProto) -> list[onnx.TypeProto | None]:
         domain = "" if node.domain == "ai.onnx" else node.domain
@@ -218,13 +225,13 @@ def _run(node: onnx.NodeProto, version: int, inputs: list[np.ndarray | None],
 
 def propagate(model: onnx.ModelProto, dims: Mapping[str, int], *, fallback: bool = True,
               ) -> dict[str, onnx.TypeProto]:
-    """The type of every value of the main graph that can be known, in one pass; where it
-    leaves values unknown and ``fallback`` is set, onnxruntime's symbolic shape inference is
-    asked for those (``ort_fallback``)."""
+    """The type of every value of the main graph that can be known, in one pass. Where a
+    custom-domain op with no tilecast rule leaves values unknown and ``fallback`` is set,
+    onnxruntime's symbolic shape inference is asked for those (``ort_fallback``)."""
     p = _Pass(model, dims)
     for node in model.graph.node:
         p.visit(node)
-    if fallback:
+    if fallback and p.custom_roots:
         ort_fallback(model, dims, p.types)
     return p.types
 
