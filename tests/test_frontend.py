@@ -179,3 +179,17 @@ g (float[batch, 4, 16] x, float[16] b) => (float[batch, 4, 8] y) {
 def test_onnxruntime_symbolic_inference_is_the_fallback():
     shapes = _shapes(onnx.parser.parse_model(ORT_ONLY), {"batch": 2})
     assert shapes["h"] == (2, 4, 8)  # (N, S, D / 2)
+
+
+def test_named_stats_outputs_of_fused_norms_are_shaped():
+    # ORT-optimized graphs may name SkipLayerNormalization's mean / inv-std outputs: one value
+    # per row, (2, 8, 1) here; the residual sum (output 3) has the input's shape
+    model = onnx.parser.parse_model("""
+    <ir_version: 8, opset_import: ["" : 17, "com.microsoft": 1]>
+    g (float[2, 8, 64] x, float[2, 8, 64] s, float[64] gamma, float[64] beta)
+      => (float[2, 8, 64] y, float[2, 8, 64] total) {
+      y, mean, inv, total = com.microsoft.SkipLayerNormalization(x, s, gamma, beta)
+    }""")
+    shapes = _shapes(model, {})
+    assert (shapes["mean"], shapes["inv"], shapes["total"]) == ((2, 8, 1), (2, 8, 1), (2, 8, 64))
+    assert not tilecast.analyze(model, "l4", predictor="roofline").incomplete
