@@ -193,3 +193,10 @@ def test_named_stats_outputs_of_fused_norms_are_shaped():
     shapes = _shapes(model, {})
     assert (shapes["mean"], shapes["inv"], shapes["total"]) == ((2, 8, 1), (2, 8, 1), (2, 8, 64))
     assert not tilecast.analyze(model, "l4", predictor="roofline").incomplete
+
+
+def test_anonymous_name_on_a_graph_input_can_be_bound():
+    # discarding unk__ dims applies to value_info; on a graph input the name is the input's own
+    text = ARITH.replace("float[batch, seq, 8] x)", "float[unk__7, seq, 8] x)")
+    model = onnx.parser.parse_model(text)
+    assert _shapes(model, {"unk__7": 2, "seq": 5})["r"] == (2, 40)

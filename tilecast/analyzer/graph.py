@@ -20,7 +20,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper
 
 from ..errors import ModelLoadError, UnknownDimError
-from .propagate import anonymous, propagate
+from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .weightless import Malformed, load_weightless, strip_proto
 
@@ -66,14 +66,15 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelPr
 
 
 def graph_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
-    """The named symbolic dims of the graph's inputs (initializers excluded), in order."""
+    """The named symbolic dims of the graph's inputs (initializers excluded), in order. An
+    ``unk__N`` name on a graph input is still the input's own dim, so it can be bound."""
     inits = {t.name for t in model.graph.initializer}
     names: dict[str, None] = {}
     for vi in model.graph.input:
         if vi.name in inits or not vi.type.HasField("tensor_type"):
             continue
         for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and not anonymous(d):
+            if d.HasField("dim_param") and d.dim_param:
                 names.setdefault(d.dim_param)
     return tuple(names)
 
