@@ -29,6 +29,7 @@ SMALL_ELEMENTS = 4096
 # Ops whose outputs are not a function of their inputs: never evaluated.
 NOT_EVALUATED = frozenset({"RandomNormal", "RandomNormalLike", "RandomUniform",
                            "RandomUniformLike", "Multinomial", "Bernoulli", "Dropout"})
+INT32_MAX = 2**31 - 1  # SymbolicShapeInference's bound for unknown sizes (its own default)
 INFER_ERRORS = (onnx.shape_inference.InferenceError, onnx.checker.ValidationError,
                 onnx.defs.SchemaError, RuntimeError, ValueError, TypeError, KeyError)
 EVAL_ERRORS = (*INFER_ERRORS, IndexError, ZeroDivisionError, AttributeError, OverflowError,
@@ -255,7 +256,14 @@ def ort_fallback(model: onnx.ModelProto, dims: Mapping[str, int],
     for vi in bound.graph.input:
         vi.type.CopyFrom(_bound(vi.type, dims))
     try:
-        out = SymbolicShapeInference.infer_shapes(bound, auto_merge=True)
+        # Its steps, not its infer_shapes(): that one writes sym_shape_infer_temp.onnx into the
+        # working directory and raises when a shape stays unknown; partial answers are wanted.
+        sym = SymbolicShapeInference(INT32_MAX, True, False, 0)
+        sym._preprocess(bound)
+        while sym.run_:
+            sym._infer_impl()
+        sym._update_output_from_vi()
+        out = sym.out_mp_
     except Exception:  # best effort: its failures are many and untyped
         return
     for vi in (*out.graph.value_info, *out.graph.output):
