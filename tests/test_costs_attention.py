@@ -52,6 +52,10 @@ CASES = [
     ("ms_attention_causal", "float[1,4,16] x, float[16,48] w, float[48] b",
      "y = com.microsoft.Attention<num_heads=2, unidirectional=1>(x, w, b)", "Attention",
      7096, 3776),
+    # QAttention: the same work as ms_attention after an int8 projection; bytes x 64 (uint8)
+    # + w 768 (int8) + b 48 floats + 2 float scales + y 64 floats = 832 + 4*114
+    ("ms_qattention", "uint8[1,4,16] x, int8[16,48] w, float[48] b, float xs, float ws",
+     "y = com.microsoft.QAttention<num_heads=2>(x, w, b, xs, ws)", "QAttention", 7552, 1288),
     # MultiHeadAttention, cross: S=4 queries, L=6 keys, N=2, D=8: 48 scores * 38 = 1824
     # bytes q 64 + k 96 + v 96 + y 64 floats
     ("ms_mha", "float[1,4,16] q, float[1,6,16] k, float[1,6,16] v",
@@ -70,6 +74,12 @@ CASES = [
 def test_attention_table(inputs, body, op, flops, nbytes):
     c = cost_of(inputs, body, op)
     assert (c.family, c.unit, c.flops, c.bytes) == ("attention", "matrix", flops, nbytes)
+
+
+def test_qattention_runs_at_int8():
+    c = cost_of("uint8[1,4,16] x, int8[16,48] w, float[48] b, float xs, float ws",
+                "y = com.microsoft.QAttention<num_heads=2>(x, w, b, xs, ws)", "QAttention")
+    assert c.dtype == "uint8"  # the device maps uint8 / int8 to its int8 peak
 
 
 def test_attention_matmul_view_is_qk():

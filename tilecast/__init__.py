@@ -24,6 +24,7 @@ from .errors import (  # noqa: E402
     PredictorError,
     ShapeError,
     TilecastError,
+    UnknownDimError,
     UnsupportedModelError,
 )
 from .gate import (  # noqa: E402
@@ -39,7 +40,7 @@ __all__ = [
     "__version__", "analyze", "load_device", "list_devices", "Device", "Forecast",
     "KernelForecast", "Kernel", "OpCost", "MatmulDims", "RowDims", "Prediction", "Predictor",
     "RooflinePredictor", "TilecastError", "ModelLoadError", "UnsupportedModelError",
-    "ShapeError", "DeviceError", "PredictorError", "ExportError", "ConfigError",
+    "ShapeError", "UnknownDimError", "DeviceError", "PredictorError", "ExportError", "ConfigError",
     "load_forecast", "compare", "Comparison", "DeviceComparison", "FamilyChange",
     "KernelChange", "Threshold",
 ]

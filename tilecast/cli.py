@@ -97,7 +97,8 @@ def output_options(formats: tuple[str, ...]) -> Callable:
 def model_options(fn: Callable) -> Callable:
     for opt in reversed((
         click.option("--dim", "dims", multiple=True, callback=_parse_dims, metavar="NAME=N",
-                     help="Bind a symbolic dim (repeatable), e.g. --dim batch=8."),
+                     help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every "
+                          "other dim is derived."),
         click.option("--mode", type=click.Choice(("inference", "training")),
                      default="inference", show_default=True),
         click.option("--fusion/--no-fusion", default=False, show_default=True,
@@ -164,10 +165,12 @@ def main() -> None:
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many of the slowest kernels to list.")
 @parallel_options
+@click.option("--strict", is_flag=True,
+              help="Exit 2 when the forecast is incomplete (unsupported or unshaped ops).")
 @output_options(("table", "json", "csv", "markdown"))
 def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
             predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
-            fmt: str, output: str | None, **parallel: Any) -> None:
+            strict: bool, fmt: str, output: str | None, **parallel: Any) -> None:
     """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU,
     or one training step on a cluster with --parallel.
 
@@ -180,6 +183,7 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
       tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
       tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
+      tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
     """
     if parallel["parallel"]:
         if math or runtime:
@@ -198,6 +202,9 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
     forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
                    optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
     write_output(render(forecast, fmt, top), output)
+    if strict and forecast.incomplete:
+        _fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
+              f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)")
 
 
 @main.group(invoke_without_command=True)

@@ -19,6 +19,10 @@ class ShapeError(TilecastError):
     """A shape needed for costing is unknown (e.g. an unbound symbolic dim)."""
 
 
+class UnknownDimError(ShapeError):
+    """A dim binding (``--dim``) names a dim the graph's inputs do not have."""
+
+
 class DeviceError(TilecastError):
     """An unknown device name or a malformed device description."""
 

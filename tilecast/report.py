@@ -72,13 +72,18 @@ def _envelope_lines(f: Forecast) -> list[str]:
     return [f"envelope: {sum(clamped.values())} kernels held at the utilization floor ({fams})"]
 
 
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())) or "none"
+
+
 def _unsupported_lines(f: Forecast) -> list[str]:
-    if not f.unsupported:
-        return ["unsupported ops: none"] + _envelope_lines(f)
-    ops = ", ".join(f"{op} x{n}" for op, n in sorted(f.unsupported.items()))
-    return [f"unsupported ops: {ops}",
-            f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} ms "
-            "of the total)"] + _envelope_lines(f)
+    lines = [f"unsupported ops: {_counts(dict(f.unsupported))}"]
+    if f.unshaped:
+        lines.append(f"unshaped ops: {_counts(dict(f.unshaped))} (shapes cannot be derived)")
+    if f.incomplete:
+        lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
+                     "ms of the total; the forecast is incomplete)")
+    return lines + _envelope_lines(f)
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:

@@ -1,4 +1,5 @@
-"""Give every node its outcome: costed, zero-cost (with a reason) or unsupported (estimated)."""
+"""Give every node its outcome: costed, zero-cost (with a reason), unsupported (no formula) or
+unshaped (a formula, but shapes that cannot be known): the last two get a flagged estimate."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from .graph import CONTROL_FLOW, Graph
 from .registry import REGISTRY, CostEntry, CostRegistry, ZeroCost
 from .types import NodeView, OpCost
 
-OUTCOMES = ("costed", "zero", "unsupported")
+OUTCOMES = ("costed", "zero", "unsupported", "unshaped")
 
 
 @dataclass(frozen=True)
@@ -18,7 +19,7 @@ class NodeResult:
     node: NodeView
     outcome: str  # one of OUTCOMES
     cost: OpCost | None  # None for zero-cost nodes
-    reason: str = ""  # why zero-cost, or why unsupported
+    reason: str = ""  # why zero-cost, unsupported or unshaped
 
     @property
     def op_key(self) -> str:
@@ -48,21 +49,38 @@ def _main_dtype(node: NodeView) -> str:
     return "float32"
 
 
-def unsupported_result(node: NodeView, reason: str) -> NodeResult:
-    """A bytes-only, memory-bound estimate flagged ``estimated`` -- never a silent zero."""
+def unsupported_result(node: NodeView, reason: str, outcome: str = "unsupported",
+                       ) -> NodeResult:
+    """A bytes-only, memory-bound estimate flagged ``estimated`` -- never a silent zero.
+    Its family is the outcome, so reports show unsupported and unshaped work apart."""
     nbytes = _estimated_bytes(node)
-    cost = OpCost("unsupported", 0, nbytes, _main_dtype(node), estimated=True,
+    cost = OpCost(outcome, 0, nbytes, _main_dtype(node), estimated=True,
                   elements=sum(t.numel for t in node.outputs if _known(t)))
-    return NodeResult(node, "unsupported", cost, reason)
+    return NodeResult(node, outcome, cost, reason)
 
 
-def _check_bound(graph: Graph, node: NodeView) -> None:
-    unbound = graph.unbound_in(node)
-    if unbound:
-        tensor, dim = unbound[0]
-        hint = f"bind it with --dim {dim}=VALUE" if dim != "?" else "the graph leaves it unnamed"
-        raise ShapeError(f"symbolic dim '{dim}' of tensor '{tensor}' is unbound at node "
-                         f"'{node.name}' ({node.op_type}, shapes {node.shape_str()}); {hint}")
+def _unknown_shapes(node: NodeView) -> list[str]:
+    """Names of the node's named values whose shape is not fully known."""
+    return [t.name for t in (*node.inputs, *node.outputs)
+            if t is not None and t.name and not _known(t)]
+
+
+def _check_bound(graph: Graph, node: NodeView) -> NodeResult | None:
+    """None when every shape of the node is known; else an error when the caller left graph
+    input dims unbound (they are what to bind), else an ``unshaped`` estimate."""
+    unknown = _unknown_shapes(node)
+    if not unknown:
+        return None
+    if graph.unbound_inputs:
+        names = ", ".join(f"'{d}'" for d in graph.unbound_inputs)
+        binds = " ".join(f"--dim {d}=VALUE" for d in graph.unbound_inputs)
+        several = len(graph.unbound_inputs) > 1
+        raise ShapeError(f"graph input dim{'s' if several else ''} {names} "
+                         f"{'are' if several else 'is'} unbound (needed at node '{node.name}' "
+                         f"({node.op_type}, shapes {node.shape_str()})); bind "
+                         f"{'them' if several else 'it'} with {binds}")
+    return unsupported_result(node, f"shape of {unknown[0]!r} cannot be derived "
+                                    f"(shapes {node.shape_str()})", outcome="unshaped")
 
 
 def cost_node(graph: Graph, node: NodeView, registry: CostRegistry = REGISTRY) -> NodeResult:
@@ -70,8 +88,7 @@ def cost_node(graph: Graph, node: NodeView, registry: CostRegistry = REGISTRY) -
     if isinstance(entry, ZeroCost):
         return NodeResult(node, "zero", None, entry.reason)
     if isinstance(entry, CostEntry):
-        _check_bound(graph, node)
-        return NodeResult(node, "costed", entry.fn(node))
+        return _check_bound(graph, node) or NodeResult(node, "costed", entry.fn(node))
     if node.op_type in CONTROL_FLOW and not node.domain:
         return unsupported_result(node, f"control flow ({node.op_type}): its subgraphs "
                                         "are not costed")

@@ -107,6 +107,13 @@ class Forecast:
     zero_cost_reasons: tuple[ZeroCostOp, ...] = ()
     math: str = "graph"  # the math mode assumed (analyzer/mathmode.py)
     runtime: str = "eager"  # the runtime assumed (analyzer/runtime.py)
+    unshaped: Mapping[str, int] = field(default_factory=dict)  # op_type -> count
+
+    @property
+    def incomplete(self) -> bool:
+        """Some node's work is an estimate, not a formula: an op with no cost formula
+        (``unsupported``) or one whose shapes cannot be derived (``unshaped``)."""
+        return bool(self.unsupported or self.unshaped)
 
     def zero_cost_by_reason(self) -> dict[str, int]:
         """Zero-cost node count per reason, most frequent first."""
@@ -165,6 +172,8 @@ class Forecast:
             "kernels": [k.to_dict() for k in self.kernels],
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
+            "unshaped": dict(sorted(self.unshaped.items())),
+            "incomplete": self.incomplete,
             "zero_cost": dict(sorted(self.zero_cost.items())),
             "zero_cost_reasons": [z.to_dict() for z in self.zero_cost_reasons],
         }
@@ -198,6 +207,7 @@ class Forecast:
             zero_cost_reasons=_zero_cost_reasons(data, origin),
             # Forecasts written before math modes and runtimes existed assumed these.
             math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
+            unshaped=dict(data.get("unshaped") or {}),
         )
         _check_totals(data, forecast, origin)
         return forecast

@@ -1,9 +1,10 @@
-"""Load an ONNX model without its weights and complete the shape of every value.
+"""Load an ONNX model without its weights and derive the shape of every value.
 
-Weights are never read: ``onnx.load(..., load_external_data=False)`` keeps external tensors as
-references, and initializer shapes come from TensorProto dims. Shapes come from the graph's own
-value_info when complete (exporters write it), else from ONNX shape inference, plus tilecast's
-rules for ops ONNX does not know (``shape_rules.py``).
+Weights are never read: the file is walked without the data of its large tensors
+(``weightless.py``), external tensors stay references, and initializer shapes come from
+TensorProto dims. The user binds only the graph's input dims; every other dim is derived by one
+propagation pass (``propagate.py``), with tilecast's rules for ops ONNX does not know
+(``shape_rules.py``).
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from typing import Any
 import onnx
 from onnx import helper
 
-from ..errors import ModelLoadError, ShapeError
-from .shape_rules import complete_missing_shapes
+from ..errors import ModelLoadError, UnknownDimError
+from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
+from .weightless import load_weightless, strip_proto
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -35,6 +37,8 @@ class Graph:
     inputs: tuple[TensorInfo, ...]
     outputs: tuple[str, ...] = ()
     unbound_dims: Mapping[str, str] = field(default_factory=dict)  # tensor -> first dim name
+    input_dims: tuple[str, ...] = ()  # the symbolic dims of the graph's inputs
+    unbound_inputs: tuple[str, ...] = ()  # those the caller did not bind
 
     def unbound_in(self, node: NodeView) -> list[tuple[str, str]]:
         """(tensor, dim name) pairs of the node's values whose shape holds an unbound dim."""
@@ -43,17 +47,18 @@ class Graph:
 
 
 def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelProto:
-    """Read a model file without external weight data, with clear errors for bad files."""
+    """Read a model without its weight bytes (dims and dtypes kept), with clear errors for bad
+    files. An in-memory model is copied without its weights; the caller's proto is untouched."""
     if isinstance(source, onnx.ModelProto):
-        return source
+        return strip_proto(source)
     path = Path(source)
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}")
     if path.stat().st_size == 0:
         raise ModelLoadError(f"{path} is empty (0 bytes), not an ONNX model")
     try:
-        model = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # protobuf raises DecodeError, json_format.ParseError, ...
+        model = load_weightless(path)
+    except Exception as exc:  # the weightless reader's Malformed, protobuf's DecodeError, ...
         raise ModelLoadError(f"{path} is not a readable ONNX model ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else 'decode failed'})"
                              ) from None
@@ -62,44 +67,33 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelPr
     return model
 
 
-def _bind_dims(model: onnx.ModelProto, dims: Mapping[str, int]) -> None:
-    """Replace symbolic dims named in ``dims`` by their values, everywhere they appear."""
-    g = model.graph
-    for vi in (*g.input, *g.output, *g.value_info):
-        for d in vi.type.tensor_type.shape.dim:
-            if d.HasField("dim_param") and d.dim_param in dims:
-                d.dim_value = int(dims[d.dim_param])
-
-
-def _has_shape(vi: onnx.ValueInfoProto) -> bool:
-    return vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape")
-
-
-def _value_infos(model: onnx.ModelProto) -> dict[str, onnx.ValueInfoProto]:
-    """Values whose shape the graph records (an output declared without a type is not known;
-    later entries never hide an earlier shaped one)."""
-    g = model.graph
-    out: dict[str, onnx.ValueInfoProto] = {}
-    for vi in (*g.input, *g.value_info, *g.output):
-        if _has_shape(vi) or vi.name not in out:
-            out[vi.name] = vi
-    return out
-
-
-def _needs_inference(model: onnx.ModelProto, known: Mapping[str, Any]) -> bool:
+def graph_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The named symbolic dims of the graph's inputs (initializers excluded), in order. An
+    ``unk__N`` name on a graph input is still the input's own dim, so it can be bound."""
     inits = {t.name for t in model.graph.initializer}
-    for node in model.graph.node:
-        for out in node.output:
-            if out and out not in inits and (out not in known or not _has_shape(known[out])):
-                return True
-    return False
+    names: dict[str, None] = {}
+    for vi in model.graph.input:
+        if vi.name in inits or not vi.type.HasField("tensor_type"):
+            continue
+        for d in vi.type.tensor_type.shape.dim:
+            if d.HasField("dim_param") and d.dim_param:
+                names.setdefault(d.dim_param)
+    return tuple(names)
 
 
-def _tensor_info(name: str, vi: onnx.ValueInfoProto | None, unbound: dict[str, str],
+def _check_dims(dims: Mapping[str, int], input_dims: tuple[str, ...]) -> None:
+    unknown = sorted(set(dims) - set(input_dims))
+    if unknown:
+        have = ", ".join(input_dims) if input_dims else "none (every input dim is fixed)"
+        raise UnknownDimError(f"--dim {unknown[0]}: the graph has no input dim named "
+                              f"{unknown[0]!r}; its input dims: {have}")
+
+
+def _tensor_info(name: str, tp: onnx.TypeProto | None, unbound: dict[str, str],
                  ) -> TensorInfo:
-    if vi is None or not vi.type.HasField("tensor_type"):
+    if tp is None or not tp.HasField("tensor_type"):
         return TensorInfo(name, None, "unknown")
-    tt = vi.type.tensor_type
+    tt = tp.tensor_type
     dtype = DTYPES.get(tt.elem_type, ("unknown", 4))[0]
     if not tt.HasField("shape"):
         return TensorInfo(name, None, dtype)
@@ -139,18 +133,15 @@ def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -> Graph:
-    """Bind symbolic dims, complete shapes, and return typed node views."""
+    """Derive every shape from the bound input dims and return typed node views. Raises
+    ``UnknownDimError`` when ``dims`` names a dim the graph's inputs do not have."""
     model = _inline_functions(model)
     validate_graph(model)
-    if dims:
-        _bind_dims(model, dims)
-    known = _value_infos(model)
-    if _needs_inference(model, known):
-        model = _infer(model)
-        if dims:
-            _bind_dims(model, dims)
-        model = complete_missing_shapes(model, _infer)
-        known = _value_infos(model)
+    dims = dict(dims or {})
+    input_dims = graph_input_dims(model)
+    _check_dims(dims, input_dims)
+    # with input dims left unbound, unknown shapes are expected: the error will name the dims
+    known = propagate(model, dims, fallback=set(input_dims) <= set(dims))
     unbound: dict[str, str] = {}
     values: dict[str, TensorInfo] = {t.name: _initializer_info(t)
                                      for t in model.graph.initializer}
@@ -158,10 +149,11 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     nodes = []
     for i, node in enumerate(model.graph.node):
         nodes.append(_node_view(node, i, values, known, unbound, opsets))
-    g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, vi, unbound)
+    g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.get(vi.name), unbound)
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
-    return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound)
+    return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound,
+                 input_dims, tuple(d for d in input_dims if d not in dims))
 
 
 def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],
@@ -181,10 +173,3 @@ def _node_view(node: onnx.NodeProto, index: int, values: dict[str, TensorInfo],
     domain = "" if node.domain == "ai.onnx" else node.domain
     return NodeView(node.name or f"{node.op_type}_{index}", node.op_type, domain, ins, outs,
                     _attrs(node), opsets.get(domain, 0))
-
-
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except (onnx.shape_inference.InferenceError, RuntimeError) as exc:
-        raise ShapeError(f"ONNX shape inference failed: {str(exc).splitlines()[0]}") from None

@@ -91,10 +91,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     dev = device if isinstance(device, Device) else load_device(device)
     check_math(math, dev)
     pred = resolve_predictor(predictor)
-    proto = load_model(model)
-    if isinstance(model, onnx.ModelProto):
-        proto = onnx.ModelProto()
-        proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
+    proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
     graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     results = graph_results
@@ -116,6 +113,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
+        unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
         fusion=fusion, dims=dict(dims or {}), node_count=len(graph_results),
         zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )

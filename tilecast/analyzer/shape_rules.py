@@ -1,8 +1,8 @@
 """Shape rules for ops ONNX shape inference does not know (com.microsoft fused ops and the like).
 
-Each rule maps the input shapes of a node to its output shapes. ``complete_missing_shapes``
-applies them where inference left outputs without a shape, then re-runs inference so the
-shapes flow on to the standard ops downstream.
+Each rule maps the input shapes of a node to its output shapes (None where unknown); the
+propagation pass (``propagate.py``) applies them in graph order, so shapes flow on to the
+standard ops downstream.
 """
 
 from __future__ import annotations
@@ -10,17 +10,18 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import onnx
-from onnx import helper
 
 Shape = tuple[int | str, ...]
 ShapeRule = Callable[[Sequence[Shape | None], onnx.NodeProto], list[Shape | None]]
-MAX_ROUNDS = 16
 
 
 def _same_as_input0(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
-    # Fused elementwise/normalization ops: every output the node declares (main output, and the
-    # residual sum of SkipLayerNormalization) has the input's shape; stats outputs are skipped.
-    return [ins[0]] + [ins[0] if i == 3 else None for i in range(1, len(node.output))]
+    # Fused elementwise/normalization ops: the main output and the residual sum (output 3 of
+    # SkipLayerNormalization) have the input's shape; the normalizations' mean / inv-std
+    # outputs (1, 2) hold one value per row, the normalized last dim kept as 1.
+    x = ins[0]
+    stats = None if x is None or not x else (*x[:-1], 1)
+    return [x] + [x if i == 3 else stats for i in range(1, len(node.output))]
 
 
 def _attention(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
@@ -31,6 +32,16 @@ def _attention(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape 
         return [None]
     v_hidden = sizes[2] if sizes else w[-1] // 3 if isinstance(w[-1], int) else w[-1]
     return [(*x[:-1], v_hidden)]
+
+
+def _embed_layer_norm(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    # (Q)EmbedLayerNormalization: input_ids (B, S) and word_embedding (V, H) -> output
+    # (B, S, H), mask_index (B), and the optional embedding sum (B, S, H).
+    ids, emb = ins[0], ins[2] if len(ins) > 2 else None
+    if ids is None or emb is None or len(ids) != 2:
+        return [None]
+    out = (*ids, emb[-1])
+    return [out, (ids[0],), out]
 
 
 def _multi_head_attention(ins: Sequence[Shape | None], node: onnx.NodeProto,
@@ -98,53 +109,12 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     # an ONNX function op without a shape-inference function of its own:
     ("", "GroupNormalization"): _same_as_input0,
     ("com.microsoft", "Attention"): _attention,
+    # QAttention: input, weight (hidden, 3 * hidden), bias: the layout of Attention's.
+    ("com.microsoft", "QAttention"): _attention,
+    ("com.microsoft", "EmbedLayerNormalization"): _embed_layer_norm,
+    ("com.microsoft", "QEmbedLayerNormalization"): _embed_layer_norm,
     ("com.microsoft", "MultiHeadAttention"): _multi_head_attention,
     ("com.microsoft", "GroupQueryAttention"): _group_query_attention,
     ("com.microsoft", "FusedMatMul"): _fused_matmul,
     ("com.microsoft", "MatMulNBits"): _matmul_n_bits,
 }
-
-
-def _shape_of(vi: onnx.ValueInfoProto | None) -> Shape | None:
-    if vi is None or not vi.type.tensor_type.HasField("shape"):
-        return None
-    return tuple(d.dim_value if d.HasField("dim_value") else (d.dim_param or "?")
-                 for d in vi.type.tensor_type.shape.dim)
-
-
-def _apply_rules(model: onnx.ModelProto) -> bool:
-    g = model.graph
-    infos = {vi.name: vi for vi in (*g.input, *g.output, *g.value_info)}
-    known = {n: vi for n, vi in infos.items() if vi.type.tensor_type.HasField("shape")}
-    for t in g.initializer:
-        known.setdefault(t.name, helper.make_tensor_value_info(t.name, t.data_type, t.dims))
-    added = False
-    for node in g.node:
-        rule = RULES.get(("" if node.domain == "ai.onnx" else node.domain, node.op_type))
-        if rule is None or all(o in known for o in node.output if o):
-            continue
-        in_vis = [known.get(n) for n in node.input]
-        if not in_vis or in_vis[0] is None:
-            continue
-        elem = in_vis[0].type.tensor_type.elem_type
-        shapes = rule([_shape_of(v) for v in in_vis], node)
-        for name, shape in zip(node.output, shapes, strict=False):
-            if name and shape is not None and name not in known:
-                vi = helper.make_tensor_value_info(name, elem, list(shape))
-                if name in infos:  # typed but shapeless: complete it in place, no duplicate
-                    infos[name].type.CopyFrom(vi.type)
-                else:
-                    g.value_info.append(vi)
-                known[name] = vi
-                added = True
-    return added
-
-
-def complete_missing_shapes(model: onnx.ModelProto,
-                            infer: Callable[[onnx.ModelProto], onnx.ModelProto],
-                            ) -> onnx.ModelProto:
-    for _ in range(MAX_ROUNDS):
-        if not _apply_rules(model):
-            break
-        model = infer(model)
-    return model

@@ -29,7 +29,7 @@ DTYPE_SIZE["tf32"] = 4
 
 FAMILIES = (
     "matmul", "conv", "attention", "elementwise", "normalization", "softmax", "reduction",
-    "pooling", "gather", "movement", "unsupported",
+    "pooling", "gather", "movement", "unsupported", "unshaped",
     "collective",  # NCCL collectives of distributed training (tilecast.parallel)
 )
 

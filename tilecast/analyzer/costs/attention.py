@@ -1,5 +1,5 @@
-"""Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention, MultiHeadAttention
-and GroupQueryAttention.
+"""Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention (and its int8
+QAttention), MultiHeadAttention and GroupQueryAttention.
 
 FLOPs = QK^T (2 * scores * D) + PV (2 * scores * Dv) + per-score softmax work, where ``scores``
 is B * Hq * (query, key) pairs computed. A causal op skips the pairs above the diagonal: fused
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..registry import cost
+from ..registry import CostFn, cost, register_all
 from ..types import MatmulDims, NodeView, OpCost, RowDims
 from .common import has_input, in_shape, nbytes, prod, require, unique_bytes
 from .elementwise import ROTARY
@@ -107,21 +107,33 @@ def onnx_attention(node: NodeView) -> OpCost:
     return attention_cost(node, h, _per_score(node, (3,)), {0: y, 1: pk, 2: pv})
 
 
-@cost("Attention", domain=MS)
-def ms_attention(node: NodeView) -> OpCost:
-    """input (B, S, hidden) @ weights (hidden, q + k + v hidden) + bias, then attention over
-    past (2, B, N, P, H) + S keys; ``present`` (output 1) holds both caches."""
-    x, w, n = in_shape(node, 0), in_shape(node, 1), _heads_attr(node, "num_heads")
-    require(node, len(x) == 3 and len(w) == 2, "expects input (B, S, hidden), 2-D weights")
-    qh, _, vh = node.attr("qkv_hidden_sizes") or [w[1] // 3] * 3
-    b, s = x[0], x[1]
-    past = in_shape(node, 4)[3] if has_input(node, 4) else 0
-    h = Heads(b, n, n, s, past + s, qh // n, vh // n,
-              causal=bool(node.attr("unidirectional", 0)))
-    projection = 2 * b * s * x[2] * w[1] + (b * s * w[1] if has_input(node, 2) else 0)
-    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
-    return attention_cost(node, h, _per_score(node, (3, 5)), {0: y, 1: pk + pv},
-                          extra_flops=projection)
+def packed_attention(past: int, masks: tuple[int, ...]) -> CostFn:
+    """Factory for com.microsoft Attention-style ops: input (B, S, hidden) @ weights (hidden,
+    q + k + v hidden) + bias, then attention over past (2, B, N, P, H) + S keys; ``present``
+    (output 1) holds both caches. ``past`` / ``masks``: the op's input positions. The kernel
+    runs at input 0's dtype: int8 for QAttention, whose QKV projection is the int8 GEMM."""
+
+    def fn(node: NodeView) -> OpCost:
+        x, w, n = in_shape(node, 0), in_shape(node, 1), _heads_attr(node, "num_heads")
+        require(node, len(x) == 3 and len(w) == 2, "expects input (B, S, hidden), 2-D weights")
+        qh, _, vh = node.attr("qkv_hidden_sizes") or [w[1] // 3] * 3
+        b, s = x[0], x[1]
+        cached = in_shape(node, past)[3] if has_input(node, past) else 0
+        h = Heads(b, n, n, s, cached + s, qh // n, vh // n,
+                  causal=bool(node.attr("unidirectional", 0)))
+        projection = 2 * b * s * x[2] * w[1] + (b * s * w[1] if has_input(node, 2) else 0)
+        y, pk, pv = h.out_bytes(node.outputs[0].itemsize)
+        return attention_cost(node, h, _per_score(node, masks), {0: y, 1: pk + pv},
+                              extra_flops=projection)
+
+    return fn
+
+
+# Attention: input, weights, bias, mask_index (3), past (4), attention_bias (5).
+register_all(("Attention",), packed_attention(4, (3, 5)), domain=MS)
+# QAttention: input, weight, bias, input_scale, weight_scale, mask_index (5), input_zero_point,
+# weight_zero_point, past (8): the same attention after an int8 projection.
+register_all(("QAttention",), packed_attention(8, (5,)), domain=MS)
 
 
 def _mha_heads(node: NodeView, n: int) -> tuple[int, int, int, int, int, int]:

@@ -16,6 +16,7 @@ from .common import (
     STATS_ITEMSIZE,
     has_input,
     in_shape,
+    nbytes,
     norm_axis,
     out_shape,
     prod,
@@ -88,6 +89,29 @@ register_all(("SkipLayerNormalization",),
 # SkipSimplifiedLayerNormalization(input, skip, gamma, bias?)
 register_all(("SkipSimplifiedLayerNormalization",),
              normalization(last_dim, RMS_NORM + SKIP, (3,)), domain=MS)
+
+
+EMBED_TABLES = (2, 3, 4)  # word, position, segment embedding inputs of (Q)EmbedLayerNormalization
+
+
+def embed_layer_norm(node: NodeView) -> OpCost:
+    """(Q)EmbedLayerNormalization: per token, the word, position and (optional) segment rows
+    are gathered (each table read only at those rows), summed (one add per extra table) and
+    layer-normalized. The mask index output is a per-sequence count, its work negligible."""
+    ids, out = in_shape(node, 0), out_shape(node)
+    rows, cols = prod(ids), out[-1]
+    tables = [i for i in EMBED_TABLES if has_input(node, i)]
+    gathered = sum(min(int(rows * cols * node.inputs[i].itemsize), nbytes(node, node.inputs[i]))
+                   for i in tables)
+    rest = [t for i, t in enumerate(node.inputs) if i not in tables]
+    outs = [t for t in node.outputs if t.name]
+    flops = (LAYER_NORM + len(tables) - 1) * rows * cols
+    return vector_cost(node, "normalization", flops, gathered + unique_bytes(node, (*rest, *outs)),
+                       rows=RowDims(rows, cols))
+
+
+register_all(("EmbedLayerNormalization", "QEmbedLayerNormalization"), embed_layer_norm,
+             domain=MS)
 
 
 def batch_norm(node: NodeView) -> OpCost:
