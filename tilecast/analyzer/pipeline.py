@@ -18,7 +18,7 @@ from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
-from .rewrites import fold_linear_bias
+from .rewrites import eager_views, fold_linear_bias
 from .runtime import apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
@@ -98,6 +98,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph = build_graph(proto, dims)
     graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     results = graph_results
+    if runtime == "eager":  # graph runtimes (ORT, TensorRT) may run them as copies: kept
+        results = eager_views(results, frozenset(graph.outputs))
     if runtime == "graph" and mode == "inference":
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
