@@ -7,7 +7,7 @@ import pytest
 
 import tilecast
 from tilecast.analyzer.forecast import Forecast
-from tilecast.analyzer.rewrites import VIEW_SPLIT, VIEW_TRANSPOSE
+from tilecast.analyzer.views import VIEW_SPLIT, VIEW_TRANSPOSE, _gemm_reads_in_place
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>\n'
 
@@ -129,3 +129,41 @@ def test_graph_runtime_keeps_the_copies(text, op):
 def test_views_lower_the_eager_forecast():
     eager, graph = _forecast(KT), _forecast(KT, runtime="graph")
     assert len(eager.kernels) == len(graph.kernels) - 1
+
+
+# GPT-2/BERT attention heads: permute(0, 2, 1, 3) of q and k, then k.transpose(-1, -2).
+def _heads(batch: int) -> str:
+    return HEADER + f"""
+g (float[{batch}, 8, 4, 16] q, float[{batch}, 8, 4, 16] k) => (float[{batch}, 4, 8, 8] y) {{
+  qp = Transpose<perm = [0, 2, 1, 3]>(q)
+  kp = Transpose<perm = [0, 2, 1, 3]>(k)
+  kt = Transpose<perm = [0, 1, 3, 2]>(kp)
+  y = MatMul(qp, kt)
+}}"""
+
+
+@pytest.mark.parametrize("batch, costed", [
+    # batch 1: the head dim is the only batch dim: a strided batched GEMM reads q and k^T
+    (1, 0),
+    # batch 2: torch.matmul's reshape to (B * heads, S, D) cannot merge B and heads (strides
+    # S*H*D and D): it copies q and k once each; the last-two swap of k stays a view
+    (2, 2),
+])
+def test_permuted_heads_are_views_only_where_matmul_can_fold_them(batch, costed):
+    f = _forecast(_heads(batch))
+    assert _costed(f).count("Transpose") == costed
+    assert sum(z.count for z in f.zero_cost_reasons if z.reason == VIEW_TRANSPOSE) == 3 - costed
+
+
+@pytest.mark.parametrize("shape, perm, in_place", [
+    ((2, 4, 8, 16), (0, 1, 3, 2), True),   # last-two swap: op(B) = transposed
+    ((2, 4, 8, 16), (0, 1, 2, 3), True),   # identity
+    ((2, 8, 4, 16), (0, 2, 1, 3), False),  # batch strides 512 and 16 do not merge
+    ((1, 8, 4, 16), (0, 2, 1, 3), True),   # batch 1: one batch dim left, rows stride 64 >= 16
+    ((1, 8, 4, 16), (0, 2, 3, 1), True),   # k^T of the above: unit-stride rows, ld 64 >= 16
+    ((4, 8, 16), (1, 0, 2), True),         # one batch dim (stride 16), rows ld 128 >= 16
+    ((2, 3, 8, 16), (1, 0, 2, 3), False),  # batch dims swapped: strides 128, 384 do not merge
+    ((2, 8, 16), (2, 1, 0), False),        # no unit stride in the matrix (strides 8, 128)
+])
+def test_gemm_reads_in_place(shape, perm, in_place):
+    assert _gemm_reads_in_place(shape, perm) is in_place

@@ -18,10 +18,11 @@ from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
-from .rewrites import eager_views, fold_linear_bias
+from .rewrites import fold_linear_bias
 from .runtime import apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
+from .views import eager_views
 
 MODES = ("inference", "training")
 
