@@ -50,4 +50,3 @@ def fold_linear_bias(results: tuple[NodeResult, ...]) -> tuple[NodeResult, ...]:
                                 FOLDED_BIAS)
             break
     return tuple(out)
-
