@@ -99,7 +99,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph = build_graph(proto, dims)
     graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     results = graph_results
-    if runtime == "eager":  # graph runtimes (ORT, TensorRT) may run them as copies: kept
+    if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
         results = eager_views(results, frozenset(graph.outputs))
     if runtime == "graph" and mode == "inference":
         results = fold_batchnorm(results, graph.outputs)
