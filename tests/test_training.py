@@ -65,6 +65,31 @@ def test_training_phases_and_accumulation():
     assert phases["forward"] == pytest.approx(f_inf.total_ms)
 
 
+# h = x.w is read by Relu, Tanh and the Add: three gradients meet at h. The weight w is also
+# read twice (tied, like GPT-2's wte/lm_head).
+SHARED = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[8, 32] x) => (float[8, 32] y) <float[32, 32] w = {0.0}> {
+  h = MatMul(x, w)
+  a = Relu(h)
+  t = Tanh(h)
+  s = Add(a, t)
+  u = Add(s, h)
+  y = MatMul(u, w)
+}"""
+
+
+def test_gradient_sums_are_apart_from_the_grad_accumulation():
+    f = tilecast.analyze(_model(SHARED), "a100-40gb", mode="training", predictor="roofline")
+    names = {k.kernel.name: k.kernel.op_type for k in f.kernels if k.kernel.phase == "backward"}
+    sums = sorted(n for n, op in names.items() if op == "GradSum")
+    accs = sorted(n for n, op in names.items() if op == "GradAccumulate")
+    # autograd's input buffer adds k-1 gradients of a k-times-read tensor: h (3 reads) -> 2,
+    # w (2 reads) -> 1; only the parameter w then runs grad += new (the labels' acc_latency).
+    assert sums == ["h.grad_sum0", "h.grad_sum1", "w.grad_sum0"]
+    assert accs == ["w.grad_acc"]
+
+
 @pytest.mark.parametrize("optimizer, traffic", [("sgd", 5), ("adam", 7)])
 def test_optimizer_step(optimizer, traffic):
     f = tilecast.analyze(_model(MLP), "a100-40gb", mode="training", optimizer=optimizer,

@@ -22,6 +22,7 @@ from .rewrites import fold_linear_bias
 from .runtime import apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
+from .views import eager_views
 
 MODES = ("inference", "training")
 
@@ -95,6 +96,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph = build_graph(proto, dims)
     graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     results = graph_results
+    if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
+        results = eager_views(results, frozenset(graph.outputs))
     if runtime == "graph" and mode == "inference":
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)

@@ -11,8 +11,9 @@ accumulation kernels, then (optionally) the optimizer update.
 - BatchNormalization trains on batch statistics: a per-channel reduction pass for mean and
   variance, then the normalize pass; its backward is a reduction (dgamma, dbeta and the two
   sums dX needs) and an elementwise dX pass, as cuDNN's batch-norm training kernels run.
-- A tensor read by k differentiable consumers gets k-1 gradient sums; every parameter gets one
-  accumulation into ``.grad`` (``grad += new``), as PyTorch does when ``.grad`` exists.
+- A tensor read by k differentiable consumers gets k-1 gradient sums (``GradSum``: autograd's
+  input buffer adds them during the backward); every parameter gets one accumulation into
+  ``.grad`` (``GradAccumulate``: ``grad += new``), as PyTorch does when ``.grad`` exists.
 - The backward starts from the graph outputs' gradients (no loss kernel is added).
 - Dropout is zero-cost at inference but a real kernel when training: the forward draws a mask
   and scales (reads x, writes y and a one-byte mask per element), the backward applies it to
@@ -38,6 +39,7 @@ OPTIMIZERS = ("none", "sgd", "adam")
 # update formulas (Adam: 2 moment FMAs, sqrt, divide, bias corrections, weight decay).
 OPTIMIZER_TRAFFIC = {"sgd": (5, 3), "adam": (7, 12)}
 STATS_BYTES = 4  # per-channel batch statistics are float32
+GRAD_SUM = "GradSum"  # op_type of the k-1 sums of a k-times-used tensor's gradients
 
 
 def _nb(t: TensorInfo | None) -> int:
@@ -216,10 +218,14 @@ def _accumulation(results: Sequence[NodeResult], need: set[str],
     kernels = []
     for name, n in uses.items():
         t = tensors[name]
-        sums = n - 1 + (1 if name in params else 0)  # k-1 gradient sums, + grad += new
-        for j in range(sums):
-            _, cost = _elementwise("acc", t.dtype, 3 * _nb(t), t.numel)
-            kernels.append(Kernel(f"{name}.grad_acc{j}", (), "GradAccumulate", cost, "backward"))
+        _, cost = _elementwise("acc", t.dtype, 3 * _nb(t), t.numel)
+        # k-1 sums in autograd's input buffer (GradSum), then for a parameter ``grad += new``
+        # (GradAccumulate): the labels' acc_latency times only the latter (per parameterized
+        # module, independent of the batch), so the two are kept apart.
+        kernels.extend(Kernel(f"{name}.grad_sum{j}", (), GRAD_SUM, cost, "backward")
+                       for j in range(n - 1))
+        if name in params:
+            kernels.append(Kernel(f"{name}.grad_acc", (), "GradAccumulate", cost, "backward"))
     return kernels
 
 

@@ -1,0 +1,129 @@
+"""Eager views: the Transpose/Split/Slice nodes eager PyTorch runs without a copy kernel.
+
+Exporters write PyTorch's metadata-only ops (``transpose``, ``permute``, ``split``/``chunk``,
+slicing) as Transpose/Split/Slice nodes, which an ONNX runtime executes as copies. Eager
+PyTorch runs them as views: the per-node CSVs of the shared labels (neusight-asplos25, eager
+PyTorch 2.1) time every transpose/permute/split/getitem at 11-25 us, the host dispatch alone,
+whatever the tensor size, while ``contiguous()`` on the same tensors grows with the size (40 us
+on GPT-2 large batch 4, 270 us on OPT-1.3B batch 2, L4). A view stays free only while its
+consumers read strided operands; where one needs contiguous memory the copy is real:
+
+- Transpose chains feeding only GEMMs: ``torch.matmul`` folds the batch dims with
+  ``reshape`` (a copy unless they merge into one stride) and cuBLAS reads each matrix with a
+  leading dimension, transposed or not (the op(A)/op(B) flag). So a last-two-dims swap
+  (``k.transpose(-1, -2)``) is free, and ``permute(0, 2, 1, 3)`` is free only at batch 1
+  (otherwise matmul's reshape copies it: kept costed, it stands for that copy).
+- Split/Slice along the last dim feeding GEMMs, Reshape (GPT-2's ``view`` of each q/k/v
+  chunk), Transpose or elementwise ops (TensorIterator takes any strides).
+- Everything else (Concat, Reshape of a permuted tensor, graph outputs) stays a copy.
+
+Only the eager runtime: ONNX Runtime and TensorRT-style graph runtimes run them as kernels
+(or fuse them their own way), so ``--runtime graph`` keeps them costed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .analysis import NodeResult
+
+VIEW_TRANSPOSE = "view: cuBLAS reads the operand transposed (op(A)/op(B) flag of the GEMM)"
+VIEW_SPLIT = "view: eager PyTorch splits/slices the last dim as a strided view"
+MATMULS = frozenset({("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul")})
+STRIDED_OK = MATMULS | frozenset(("", op) for op in (
+    "Reshape", "Transpose", "Add", "Sub", "Mul", "Div", "Neg", "Cos", "Sin", "Tanh", "Sigmoid",
+    "Relu", "Gelu", "Erf", "Where", "Cast"))
+Consumers = dict[str, list[NodeResult]]
+
+
+def _consumers(results: Sequence[NodeResult]) -> Consumers:
+    out: Consumers = {}
+    for r in results:
+        for t in r.node.inputs:
+            if t is not None and t.name:
+                out.setdefault(t.name, []).append(r)
+    return out
+
+
+def _users(r: NodeResult, consumers: Consumers,
+           graph_outputs: frozenset[str]) -> list[NodeResult] | None:
+    """The nodes reading r's outputs; None when an output is materialized (graph output/unread)."""
+    names = [t.name for t in r.node.outputs if t.name]
+    if not names or any(n in graph_outputs or not consumers.get(n) for n in names):
+        return None
+    return [u for n in names for u in consumers[n]]
+
+
+def _gemm_reads_in_place(shape: tuple[int, ...], perm: Sequence[int]) -> bool:
+    """Does matmul read ``contiguous(shape).permute(perm)`` without a copy?
+
+    The batch dims (all but the last two, size-1 dims aside) must merge into one stride and
+    the matrix must have one unit stride and a leading dimension >= its extent.
+    """
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    dims = [(shape[p], strides[p]) for p in perm]
+    batch = [d for d in dims[:-2] if d[0] != 1]
+    if any(a[1] != b[0] * b[1] for a, b in zip(batch, batch[1:], strict=False)):
+        return False
+    (rows, row_st), (cols, col_st) = dims[-2:]
+    return ((col_st == 1 or cols == 1) and row_st >= cols) or (
+        (row_st == 1 or rows == 1) and col_st >= rows)
+
+
+def _transpose_chain(r: NodeResult, shape: tuple[int, ...], perm: list[int],
+                     consumers: Consumers, graph_outputs: frozenset[str]) -> list[int] | None:
+    """ids of the Transposes from r that GEMMs read in place, or None if any of them copies."""
+    users = _users(r, consumers, graph_outputs)
+    if users is None:
+        return None
+    chain = [id(r)]
+    for u in users:
+        key = (u.node.domain, u.node.op_type)
+        if key in MATMULS and _gemm_reads_in_place(shape, perm):
+            continue
+        inner = u.node.attr("perm")
+        if key != ("", "Transpose") or inner is None or u.outcome != "costed":
+            return None
+        sub = _transpose_chain(u, shape, [perm[p] for p in inner], consumers, graph_outputs)
+        if sub is None:
+            return None
+        chain.extend(sub)
+    return chain
+
+
+def _transpose_root(r: NodeResult) -> tuple[tuple[int, ...], list[int]] | None:
+    x, perm = (r.node.inputs[0] if r.node.inputs else None), r.node.attr("perm")
+    if (r.node.op_type != "Transpose" or r.node.domain or r.outcome != "costed" or x is None
+            or x.shape is None or perm is None or len(perm) < 2 or -1 in x.shape):
+        return None
+    return tuple(x.shape), list(perm)
+
+
+def _last_dim_slice(r: NodeResult) -> bool:
+    """Split or Slice whose outputs differ from the input only in the last dim."""
+    if r.node.domain or r.node.op_type not in ("Split", "Slice") or r.outcome != "costed":
+        return False
+    x = r.node.inputs[0] if r.node.inputs else None
+    outs = [t for t in r.node.outputs if t.name]
+    if x is None or not x.shape or not outs:
+        return False
+    return all(t.shape is not None and len(t.shape) == len(x.shape)
+               and tuple(t.shape[:-1]) == tuple(x.shape[:-1]) for t in outs)
+
+
+def eager_views(results: Sequence[NodeResult],
+                graph_outputs: frozenset[str] = frozenset()) -> tuple[NodeResult, ...]:
+    """Zero-cost (with the reason) the Transpose/Split/Slice nodes eager PyTorch runs as views."""
+    consumers = _consumers(results)
+    views: dict[int, str] = {}
+    for r in results:  # graph order: a chain's first Transpose is seen before the rest
+        root = None if id(r) in views else _transpose_root(r)
+        chain = _transpose_chain(r, *root, consumers, graph_outputs) if root else None
+        views.update(dict.fromkeys(chain or (), VIEW_TRANSPOSE))
+        users = _users(r, consumers, graph_outputs) if _last_dim_slice(r) else None
+        if users and all((u.node.domain, u.node.op_type) in STRIDED_OK for u in users):
+            views[id(r)] = VIEW_SPLIT
+    return tuple(NodeResult(r.node, "zero", None, views[id(r)]) if id(r) in views else r
+                 for r in results)
