@@ -68,7 +68,7 @@ def _text(layers: int) -> str:
     names = ["x", *(f"y{i}" for i in range(1, layers)), "y"]
     weights = ", ".join(_weights(i) for i in range(layers))
     body = "".join(_layer(i, names[i], names[i + 1]) for i in range(layers))
-    return f"""<ir_version: 8, opset_import: ["" : 17]>
+    return f"""<ir_version: 8, opset_import: ["" : 18]>
 g (float[2, 8, 16] x) => (float[2, 8, 16] y)
 <{weights}, int64[4] hs = {{2, 8, 4, 4}}, int64[3] hm = {{2, 8, 16}}, float sc = {{0.5}}> {{
 {body}
@@ -191,7 +191,7 @@ def test_tensor_parallel_per_rank_matmul_shapes():
 
 
 def test_unrecognized_structure_is_an_error_for_tensor_parallel():
-    text = """<ir_version: 8, opset_import: ["" : 17]>
+    text = """<ir_version: 8, opset_import: ["" : 18]>
 g (float[4, 16] x) => (float[4, 8] y) <float[16, 8] w = {0.0}> { y = MatMul(x, w) }"""
     with pytest.raises(TilecastError, match="no attention pattern"):
         analyze_parallel(onnx.parser.parse_model(text), Layout(tp=2), cluster=_cluster(),
