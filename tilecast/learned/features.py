@@ -55,7 +55,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "elementwise": _COMMON + ("operands_per_element", "log2_flops_per_element"),
     "softmax": _COMMON + _ROW,
     "layernorm": _COMMON + _ROW,
+    # Convolutions (``conv.py`` builds them: cuDNN's algorithm, its FLOPs and transform bytes).
+    "conv": _COMMON + ("algo_implicit_precomp_gemm", "algo_implicit_gemm", "algo_winograd",
+                       "algo_winograd_nonfused", "algo_fft", "log2_work_reduction",
+                       "transform_fraction", "pad_efficiency", "log2_reduction_len",
+                       "log2_out_channels", "log2_out_pixels", "log2_taps", "log2_stride"),
 }
+COMMON_FEATURES = _COMMON
 UNITS: dict[str, str] = {
     "compute_fraction": "t_compute / (t_compute + t_memory) (1)",
     "inv_waves": "1 / waves; waves = ceil(tiles / (SMs * resident tiles per SM)) (1)",
@@ -66,7 +72,7 @@ UNITS: dict[str, str] = {
     "log2_sms": "log2 of the SM (CU) count", "log2_l2_mb": "log2 of the L2 size in MiB",
     "log2_tile_m": "log2(tile rows / 128)", "log2_tile_n": "log2(tile cols / 128)",
     "tile_compute_fraction": "per-SM roofline of one tile: compute / (compute + memory) (1)",
-    "pad_efficiency": "M*N / (padded M * padded N) (1)",
+    "pad_efficiency": "M*N / (padded M * padded N) (1); conv: outputs / tile-padded outputs",
     "log2_k": "log2 of the reduction length K (elements)",
     "operands_per_element": "bytes / (elements * itemsize) (tensors moved per element)",
     "log2_flops_per_element": "log2(1 + FLOPs / elements)",
@@ -76,6 +82,14 @@ UNITS: dict[str, str] = {
     "inv_elems_per_thread": "1 / max(1, elements per block / threads per block) (1)",
     "l1_fit": "min(1, L1 bytes per SM / bytes of the rows resident on an SM) (1)",
     "lane_efficiency": "row elements / elements the block's vector loop covers (1)",
+    **{f"algo_{a}": f"1 when cuDNN runs {a} (algorithm tree), else 0" for a in (
+        "implicit_precomp_gemm", "implicit_gemm", "winograd", "winograd_nonfused", "fft")},
+    "log2_work_reduction": "log2(algorithm FLOPs / direct 2*N*K*P*Q*C*R*S FLOPs)",
+    "transform_fraction": "transform / transpose DRAM bytes over all DRAM bytes (1)",
+    "log2_reduction_len": "log2(C*R*S), the implicit GEMM's K",
+    "log2_out_channels": "log2 of K (output channels)",
+    "log2_out_pixels": "log2(P*Q), output pixels per image",
+    "log2_taps": "log2(R*S), filter taps", "log2_stride": "log2 of the stride",
 }
 
 
@@ -283,6 +297,10 @@ def layernorm_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     return _row_features("layernorm", kc, dc, blocks, rpb, threads, covered,
                          np.ones_like(blocks))
 
+
+# Public names for the family modules that build their own columns (conv.py).
+common_columns = _common
+finish = _finish
 
 BUILDERS = {"matmul": matmul_features, "elementwise": elementwise_features,
             "softmax": softmax_features, "layernorm": layernorm_features}

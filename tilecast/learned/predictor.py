@@ -18,10 +18,15 @@ from ..analyzer.predictor import Prediction
 from ..analyzer.types import Kernel
 from ..device_db.device import Device
 from ..errors import PredictorError
+from . import conv as cv
 from . import features as ft
 from . import tiles as tl
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, io_names
-from .routing import Parts, Routed, route
+from .routing import ConvParts, Parts, Routed, route
+
+# Families every artifact has; "conv" is optional (an artifact without it serves convs through
+# the matmul model on their implicit-GEMM view, flagged as a fallback).
+REQUIRED_FAMILIES = ("matmul", "elementwise", "softmax", "layernorm")
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
 
@@ -50,8 +55,8 @@ def _metadata(session, path: Path) -> dict[str, str]:
         table = json.loads(meta["tile_table"])
     except (KeyError, ValueError) as exc:
         raise PredictorError(f"{path}: metadata lacks a valid {exc}") from exc
-    for family, expected in ft.FEATURES.items():
-        if tuple(names.get(family, ())) != expected:
+    for family in dict.fromkeys((*REQUIRED_FAMILIES, *names)):
+        if tuple(names.get(family, ())) != ft.FEATURES.get(family):
             raise PredictorError(f"{path}: its {family!r} features {names.get(family)} differ "
                                  f"from this tilecast's; regenerate it ({tl.REGENERATE})")
     meta["tile_table"] = table
@@ -72,10 +77,12 @@ class OnnxPredictor:
         self.metadata = meta
         self.trained_dtypes = set(json.loads(meta.get("training_dtypes", '["float32"]')))
         self.trained_vendors = set(json.loads(meta.get("training_vendors", '["nvidia"]')))
+        self.conv = _conv_metadata(meta, str(self.path))
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
-        routed = route(kernels)
-        feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
+        routed = route(kernels, conv_model=self.conv is not None)
+        feats = {fam: self._conv_features(p, device) if isinstance(p, ConvParts)
+                 else self._features(fam, p, device) for fam, p in routed.parts.items()}
         feed = {}
         for fam, (f, _) in feats.items():
             io = io_names(fam)
@@ -94,7 +101,7 @@ class OnnxPredictor:
                 np.add.at(acc[key], p.kernel, values)
             tiles[p.kernel[p.primary]] = tile[p.primary]
         bound = bounds(acc["compute"], acc["memory"], acc["fixed"])
-        extrapolated = self._extrapolated(routed, device)
+        extrapolated = self._extrapolated(routed, device, feats)
         return list(map(Prediction, acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                         extrapolated.tolist()))
 
@@ -114,14 +121,47 @@ class OnnxPredictor:
             tile = row_tile_strings(family, kc)
         return f, tile
 
-    def _extrapolated(self, routed: Routed, device: Device) -> np.ndarray:
+    def _conv_features(self, p: ConvParts, device: Device) -> tuple[ft.Features, np.ndarray]:
+        n = len(p.kernel)
+        units = np.full(n, "vector", dtype=object)
+        units[np.isin(p.dtype, list(cv.TC_CHANNEL_MULTIPLE))] = "matrix"
+        dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, units)
+        tree, _ = self.conv  # type: ignore[misc]
+        algo = cv.select_algorithms(tree, p.columns, dc)
+        return cv.conv_features(p.columns, dc, algo), cv.algorithm_strings(algo)
+
+    def _extrapolated(self, routed: Routed, device: Device,
+                      feats: dict[str, tuple[ft.Features, np.ndarray]] | None = None,
+                      ) -> np.ndarray:
         """Outside what the models were trained and validated on."""
         out = routed.estimated | ~np.isin(routed.dtype, list(self.trained_dtypes))
         if device.vendor not in self.trained_vendors:
             out[:] = True
         for p in routed.parts.values():
             out[p.kernel[p.fallback]] = True
+        if self.conv is not None and feats is not None and "conv" in feats:
+            _, (lo, hi) = self.conv
+            x = feats["conv"][0].x
+            outside = ((x < lo - 1e-3) | (x > hi + 1e-3)).any(axis=1)
+            out[routed.parts["conv"].kernel[outside]] = True
         return out
+
+
+def _conv_metadata(meta: dict[str, str], origin: str,
+                   ) -> tuple[tl.TileTree, tuple[np.ndarray, np.ndarray]] | None:
+    """(algorithm tree, (lo, hi) training range of the conv features), or None when the
+    artifact has no conv family."""
+    if "conv" not in json.loads(meta.get("families", "[]")):
+        return None
+    try:
+        tree = tl.TileTree.from_json(json.loads(meta["conv_algorithm_tree"]))
+        rng = json.loads(meta["conv_feature_range"])
+        lo = np.array(rng["lo"], dtype=np.float32)
+        hi = np.array(rng["hi"], dtype=np.float32)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PredictorError(f"{origin}: conv metadata lacks a valid {exc}; regenerate it "
+                             f"({tl.REGENERATE})") from exc
+    return tree, (lo, hi)
 
 
 def bounds(compute_ms: np.ndarray, memory_ms: np.ndarray, fixed_ms: np.ndarray) -> np.ndarray:
