@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from tilecast.cli import main
-from tilecast.errors import ConfigError
 from tilecast.collect.shapes import default_grid, parse_ops, read_shapes_file
+from tilecast.errors import ConfigError
 
 pytest.importorskip("torch", reason="tilecast collect needs the [collect] extra (torch)")
 

@@ -220,6 +220,7 @@ def test_trained_artifact_serves_convs(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("sklearn")
     from test_learned_train import make_dataset
+
     from tilecast.device_db.loader import load_device
     from tilecast.learned.predictor import OnnxPredictor
     from tilecast.learned.train import TrainConfig, train_all

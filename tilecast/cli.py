@@ -390,16 +390,19 @@ def train(data_dirs: tuple[Path, ...], out: Path, epochs: int | None) -> None:
               help="Kernel data with an eval split, laid out like the shared dataset.")
 @click.option("--predictor", "predictor_path", type=click.Path(exists=True, path_type=Path),
               help="Predictor .onnx (or its folder); default: the shipped one.")
+@click.option("--cv", type=click.Choice(("none", "logo")), default="none", show_default=True,
+              help="logo: leave-one-GPU-out on held-out shapes (conv; retrains per fold).")
 @output_options(("table", "json"))
-def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, fmt: str,
+def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: str, fmt: str,
                  output: str | None) -> None:
     """Kernel-level MAPE per GPU and op family: tilecast vs roofline vs a direct regressor.
 
     \b
     Example:
       tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --format json
+      tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo
     """
     from .learned.commands import kernels_eval_command
 
     write_output(kernels_eval_command(data_dirs, predictor_path, fmt,
-                                      echo=lambda m: click.echo(m, err=True)), output)
+                                      echo=lambda m: click.echo(m, err=True), cv=cv), output)

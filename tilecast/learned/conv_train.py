@@ -96,16 +96,6 @@ def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
     return folds
 
 
-def format_folds(folds: Sequence[ConvFold]) -> str:
-    head = (f"{'held-out GPU (conv, unseen shapes)':36s} {'n':>6s} {'tilecast':>9s} "
-            f"{'roofline':>9s} {'algo acc':>9s}")
-    lines = [head, "-" * len(head)]
-    for f in folds:
-        lines.append(f"{f.gpu:36s} {f.n:6d} {f.tilecast_mape_pct:8.1f}% "
-                     f"{f.roofline_mape_pct:8.1f}% {100 * f.algorithm_accuracy:8.1f}%")
-    return "\n".join(lines)
-
-
 def train_conv(data_dirs: Sequence[Path | str], config: TrainConfig,
                lookup: DeviceLookup = default_lookup,
                progress: Progress | None = None) -> ConvModel | None:

@@ -25,7 +25,7 @@ from .prepare import DeviceLookup, default_lookup
 
 # Report family of a sample: bmm.csv -> "matmul", linear.csv -> "linear".
 REPORT_FAMILY = {"bmm": "matmul", "linear": "linear", "softmax": "softmax", "ln": "layernorm"}
-FAMILY_ORDER = ("matmul", "linear", "elementwise", "softmax", "layernorm")
+FAMILY_ORDER = ("matmul", "linear", "elementwise", "softmax", "layernorm", "conv")
 PREDICTORS = ("tilecast", "roofline", "direct")
 _OP_TYPE = {"bmm": "MatMul", "linear": "Gemm", "softmax": "Softmax", "ln": "LayerNormalization"}
 _COST_FAMILY = {"matmul": "matmul", "elementwise": "elementwise", "softmax": "softmax",
