@@ -126,9 +126,13 @@ def test_from_dict_rejects_other_schema_versions(gpt2_path: Path):
 @pytest.mark.parametrize("edit, message", [
     (lambda d: d.pop("kernels"), "field 'kernels' is missing"),
     (lambda d: d.update(mode=3), "field 'mode' must be a string"),
-    (lambda d: d["kernels"][1].pop("flops"), r"kernels\[1\]: field 'flops' is missing"),
-    (lambda d: d["kernels"][0].update(latency_ms="fast"), "'latency_ms' must be a number"),
-    (lambda d: d["kernels"][0].update(matmul=[1, 2]), "'matmul' must be null"),
+    (lambda d: d["kernels"][1].pop("flops"), r"field 'kernels\[1\].flops' is missing"),
+    (lambda d: d["kernels"][0].update(latency_ms="fast"),
+     r"'kernels\[0\].latency_ms' must be a number"),
+    (lambda d: d["kernels"][0].update(matmul=[1, 2]),
+     r"'kernels\[0\].matmul' must be an object or null"),
+    (lambda d: d.update(zero_cost_reasons=3), "zero_cost_reasons"),
+    (lambda d: d["zero_cost_reasons"][0].pop("reason"), r"zero_cost_reasons\[0\]"),
 ])
 def test_from_dict_names_the_bad_field(gpt2_path: Path, edit, message: str):
     data = _saved(gpt2_path)

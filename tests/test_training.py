@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import onnx.parser
 import pytest
+from click.testing import CliRunner
 
 import tilecast
+from tilecast.cli import main
 
 LINEAR = """
 <ir_version: 8, opset_import: ["" : 17]>
@@ -38,7 +40,7 @@ def test_linear_backward_is_exactly_the_weight_gradient_matmul():
 
 def test_backward_of_linear_with_input_gradient_has_both_matmuls():
     text = LINEAR.replace("y = MatMul(x, w)", "x2 = Mul(x, s)\n  y = MatMul(x2, w)").replace(
-        "w = {0.0}>", "w = {0.0}, float[32, 64] s = {0.0}>")
+        "w = {0.0}>", "w = {0.0}, float[64] s = {0.0}>")  # s: a per-channel scale
     f = tilecast.analyze(_model(text), "v100", mode="training", predictor="roofline")
     dims = sorted((k.kernel.cost.matmul.m, k.kernel.cost.matmul.n, k.kernel.cost.matmul.k)
                   for k in f.kernels if k.kernel.family == "matmul"
@@ -95,3 +97,119 @@ def test_dropout_costs_only_in_training():
     # forward: read h, write y, write a one-byte mask (16 x 64 elements)
     assert drops["Dropout"].bytes == 16 * 64 * (4 + 4 + 1)
     assert drops["DropoutGrad"].phase == "backward"
+
+
+# --- which initializers train -------------------------------------------------------------
+def _param_names(text: str) -> set[str]:
+    f = tilecast.analyze(_model(text), "t4", mode="training", optimizer="sgd",
+                         predictor="roofline")
+    return {k.kernel.name.rsplit(".", 1)[0] for k in f.kernels if k.kernel.phase == "update"}
+
+
+CONV_BN = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[8, 16, 8, 8] x) => (float[8, 16, 8, 8] y)
+  <float[16, 16, 3, 3] w = {0.0}, float[16] s = {1.0}, float[16] b = {0.0},
+   float[16] mean = {0.0}, float[16] var = {1.0}> {
+  c = Conv<pads = [1, 1, 1, 1]>(x, w)
+  n = BatchNormalization(c, s, b, mean, var)
+  y = Relu(n)
+}"""
+
+# Rotary-style table computed from constants (folded at load), a constant additive mask, an
+# embedding table read with runtime ids, and one linear layer.
+TABLES = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (int64[2, 16] ids) => (float[2, 16, 8] y)
+  <float[100, 8] emb = {0.0}, float[16, 1] pos = {0.0}, float[1, 8] inv_freq = {1.0},
+   float[16, 8] mask = {0.0}, float[8, 8] w = {0.0}> {
+  x = Gather(emb, ids)
+  freqs = MatMul(pos, inv_freq)
+  cos = Cos(freqs)
+  xr = Mul(x, cos)
+  xm = Add(xr, mask)
+  y = MatMul(xm, w)
+}"""
+
+
+@pytest.mark.parametrize("text, params", [
+    # BatchNorm trains scale and shift; running mean and variance are statistics
+    (CONV_BN, {"w", "s", "b"}),
+    # the embedding table and the weight; not inv_freq (its MatMul is folded at load), the
+    # cos table or the mask
+    (TABLES, {"emb", "w"}),
+    # the per-channel scale of the residual MLP (float[64] s): a decomposed norm's scale
+    (LINEAR.replace("y = MatMul(x, w)", "x2 = Mul(x, s)\n  y = MatMul(x2, w)").replace(
+        "w = {0.0}>", "w = {0.0}, float[64] s = {0.0}>"), {"w", "s"}),
+])
+def test_trainable_parameters(text, params):
+    assert _param_names(text) == params
+
+
+def test_batch_norm_trains_on_batch_statistics():
+    f = tilecast.analyze(_model(CONV_BN), "t4", mode="training", predictor="roofline")
+    k = {(kf.kernel.op_type, kf.kernel.phase, kf.kernel.family): kf.kernel for kf in f.kernels}
+    n = 8 * 16 * 8 * 8
+    stats = k[("BatchNormStats", "forward", "reduction")]
+    # one read of x, mean and variance written per channel (float32); sum + FMA per element
+    assert (stats.flops, stats.bytes) == (3 * n, 4 * n + 2 * 16 * 4)
+    norm = k[("BatchNormalization", "forward", "elementwise")]
+    # the normalize pass reads x again and writes y: subtract, scale, FMA per element
+    assert (norm.flops, norm.bytes) == (4 * n, 2 * 4 * n + 4 * 16 * 4)
+    # backward: a reduction of dY and dY * x_hat per channel, then the dX pass
+    assert ("BatchNormalizationGrad", "backward", "reduction") in k
+    assert ("BatchNormalizationGrad", "backward", "elementwise") in k
+
+
+QDQ = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4, 16] x) => (float[4, 8] y) <int8[16, 8] wq = {0}, float s = {0.1}, int8 z = {0}> {
+  xq = QuantizeLinear(x, s, z)
+  xd = DequantizeLinear(xq, s, z)
+  wd = DequantizeLinear(wq, s, z)
+  y = MatMul(xd, wd)
+}"""
+NO_WEIGHTS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4, 16] x) => (float[4, 16] y) {
+  y = Relu(x)
+}"""
+
+
+@pytest.mark.parametrize("text, why", [(QDQ, "quantized"), (NO_WEIGHTS, "no trainable weight")])
+def test_graphs_that_cannot_train_are_an_error(text, why, tmp_path):
+    with pytest.raises(tilecast.TilecastError, match=why):
+        tilecast.analyze(_model(text), "t4", mode="training", predictor="roofline")
+    path = tmp_path / "g.onnx"
+    onnx.save(_model(text), path)
+    out = CliRunner().invoke(main, ["analyze", str(path), "--device", "t4", "--mode",
+                                    "training"])
+    assert out.exit_code == 2
+    assert [line for line in out.output.splitlines() if line] == [
+        next(line for line in out.output.splitlines() if line.startswith("Error:"))]
+    assert why in out.output
+
+
+POSITIONS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4, 8] x) => (float[4, 16] y)
+  <float[32, 8] wpe = {0.0}, int64[4] pos = {0, 1, 2, 3}, float[16, 8] wte = {0.0}> {
+  p = Gather(wpe, pos)
+  h = Add(x, p)
+  wt = Transpose(wte)
+  y = MatMul(h, wt)
+}"""
+
+
+def test_folded_weight_lookups_run_again_when_training():
+    # Inference: the position lookup at constant positions and the tied weight's transpose are
+    # folded at load. Training: the weights change every step, so the lookup runs (and gets
+    # a backward); the transpose stays a free view of the trained table.
+    inf = tilecast.analyze(_model(POSITIONS), "t4", predictor="roofline")
+    assert [k.kernel.op_type for k in inf.kernels] == ["Add", "MatMul"]
+    f = tilecast.analyze(_model(POSITIONS), "t4", mode="training", optimizer="sgd",
+                         predictor="roofline")
+    ops = [(k.kernel.op_type, k.kernel.phase) for k in f.kernels]
+    assert ("Gather", "forward") in ops and ("GatherGrad", "backward") in ops
+    assert ("Transpose", "forward") not in ops
+    assert _param_names(POSITIONS) == {"wpe", "wte"}

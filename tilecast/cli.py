@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,11 @@ import click
 from . import __version__
 from .errors import TilecastError
 
+# Exit statuses (docs/reliability.md): 0 ok, 1 a regression (compare, gate), 2 bad input or
+# an environment problem, 3 an internal error (a tilecast bug: never a pass, never "regressed").
 BAD_INPUT_EXIT = 2
+INTERNAL_ERROR_EXIT = 3
+_CLICK_FLOW = (click.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 
 
 class TilecastGroup(click.Group):
@@ -32,11 +37,19 @@ class TilecastGroup(click.Group):
             _fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
         except KeyboardInterrupt:
             _fail("interrupted")
+        except _CLICK_FLOW:
+            raise
+        except Exception as exc:  # a bug: fail closed with its own status, not as exit 1
+            if os.environ.get("TILECAST_DEBUG"):
+                traceback.print_exc()
+            _fail(f"internal error ({type(exc).__name__}: {exc}); this is a tilecast bug, "
+                  "please report it (TILECAST_DEBUG=1 prints the traceback)",
+                  INTERNAL_ERROR_EXIT)
 
 
-def _fail(message: str) -> None:
+def _fail(message: str, status: int = BAD_INPUT_EXIT) -> None:
     exc = click.ClickException(message.splitlines()[0] if message else "failed")
-    exc.exit_code = BAD_INPUT_EXIT
+    exc.exit_code = status
     raise exc
 
 

@@ -33,3 +33,8 @@ class ExportError(TilecastError):
 
 class ConfigError(TilecastError):
     """A configuration or input file (gate config, baseline, labels) is malformed."""
+
+
+class InvalidGraphError(ModelLoadError):
+    """The graph breaks ONNX structure rules (not SSA, a missing producer or required input, a
+    cycle, an invalid element type); the message names the node or value."""

@@ -5,8 +5,14 @@ from __future__ import annotations
 import csv
 import io
 
+from .analyzer.fold import FOLDED, HOST
 from .analyzer.forecast import Forecast, KernelForecast
+from .analyzer.qdq import FUSED_DQ
+from .analyzer.rewrites import FOLDED_BIAS
 
+# Short labels of the zero-cost reasons the table names; the rest are views and metadata ops.
+ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
+                    FOLDED_BIAS: "bias in GEMM epilogue"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes")
@@ -58,6 +64,18 @@ def _unsupported_lines(f: Forecast) -> list[str]:
             "of the total)"]
 
 
+def _zero_cost_lines(f: Forecast) -> list[str]:
+    """Nodes that launch no GPU kernel: host-side shape arithmetic and load-time folding by
+    name, the views and metadata ops (each reason is listed in the JSON) together."""
+    by_reason = f.zero_cost_by_reason()
+    if not by_reason:
+        return []
+    named = [(ZERO_COST_LABELS[r], n) for r, n in by_reason.items() if r in ZERO_COST_LABELS]
+    other = sum(n for r, n in by_reason.items() if r not in ZERO_COST_LABELS)
+    parts = [f"{r} {n}" for r, n in named] + ([f"views and metadata {other}"] if other else [])
+    return [f"zero-cost nodes: {sum(by_reason.values())} ({', '.join(parts)})"]
+
+
 def render_table(f: Forecast, top: int = 10) -> str:
     out = _header_lines(f) + ["", f"{'family':<14}{'ms':>12}{'share':>9}"]
     total = f.total_ms or 1.0
@@ -71,7 +89,7 @@ def render_table(f: Forecast, top: int = 10) -> str:
         out.append(f"{name:<34}{k.kernel.op_type[:17]:<18}{_dims(k)[:25]:<26}"
                    f"{human(k.kernel.flops):>10}{human(k.kernel.bytes, 'B'):>10}"
                    f"{k.latency_ms:>10.4f}  {k.bound:<9}{k.tile or '-'}{_flag(k)}")
-    out += [""] + _unsupported_lines(f)
+    out += [""] + _unsupported_lines(f) + _zero_cost_lines(f)
     if f.extrapolated:
         out.append("* extrapolated: outside the data the predictor was validated on "
                    "(e.g. a dtype with no training data)")
@@ -87,7 +105,7 @@ def render_markdown(f: Forecast, top: int = 10) -> str:
     out += ["", "| kernel | op_type | dims | ms | bound | tile |", "|---|---|---|---:|---|---|"]
     out += [f"| `{k.kernel.name}` | {k.kernel.op_type} | {_dims(k)} | {k.latency_ms:.4f} | "
             f"{k.bound} | {k.tile or '-'}{_flag(k)} |" for k in f.top(top)]
-    out += [""] + _unsupported_lines(f)
+    out += [""] + _unsupported_lines(f) + _zero_cost_lines(f)
     return "\n".join(out) + "\n"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections import Counter
@@ -68,6 +69,26 @@ class KernelForecast:
 
 
 @dataclass(frozen=True)
+class ZeroCostOp:
+    """``count`` nodes of one op that launch no GPU kernel, and why (e.g. "host",
+    "folded at load", a view)."""
+
+    op_type: str
+    reason: str
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op_type": self.op_type, "reason": self.reason, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> ZeroCostOp:
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where} must be a JSON object")
+        return cls(_field(data, "op_type", str, where), _field(data, "reason", str, where),
+                   _field(data, "count", int, where))
+
+
+@dataclass(frozen=True)
 class Forecast:
     """A model's forecast on one device. ``kernels`` are in launch order."""
 
@@ -81,6 +102,14 @@ class Forecast:
     fusion: bool = False
     dims: Mapping[str, int] = field(default_factory=dict)
     node_count: int = 0
+    zero_cost_reasons: tuple[ZeroCostOp, ...] = ()
+
+    def zero_cost_by_reason(self) -> dict[str, int]:
+        """Zero-cost node count per reason, most frequent first."""
+        acc: Counter[str] = Counter()
+        for z in self.zero_cost_reasons:
+            acc[z.reason] += z.count
+        return dict(sorted(acc.items(), key=lambda kv: (-kv[1], kv[0])))
 
     @property
     def total_ms(self) -> float:
@@ -127,6 +156,7 @@ class Forecast:
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
             "zero_cost": dict(sorted(self.zero_cost.items())),
+            "zero_cost_reasons": [z.to_dict() for z in self.zero_cost_reasons],
         }
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -140,15 +170,12 @@ class Forecast:
         the bad field, or ``DeviceError`` when the device is not in the database."""
         if not isinstance(data, Mapping):
             raise ConfigError(f"{origin}: a forecast must be a JSON object")
-        schema = data.get("schema")
-        if schema != SCHEMA_VERSION:
-            from .. import __version__
+        _check_version(data.get("schema"), origin)
+        from ..schemas import check
 
-            found = "no 'schema' field" if schema is None else f"schema {schema!r}"
-            raise ConfigError(f"{origin}: found {found}; tilecast {__version__} reads forecast "
-                              f"schema {SCHEMA_VERSION} (re-create it with this version)")
+        check(data, forecast_schema(), origin)
         kernels = _field(data, "kernels", list, origin)
-        return cls(
+        forecast = cls(
             model=_field(data, "model", str, origin),
             device=device or _known_device(_field(data, "device", str, origin), origin),
             mode=_field(data, "mode", str, origin),
@@ -158,7 +185,10 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
+            zero_cost_reasons=_zero_cost_reasons(data, origin),
         )
+        _check_totals(data, forecast, origin)
+        return forecast
 
     @classmethod
     def from_json(cls, text: str, *, device: Device | None = None,
@@ -208,6 +238,15 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
+def _zero_cost_reasons(data: Mapping[str, Any], origin: str) -> tuple[ZeroCostOp, ...]:
+    """Optional (older forecasts lack it); when present, a list of ZeroCostOp objects."""
+    if data.get("zero_cost_reasons") is None:
+        return ()
+    rows = _field(data, "zero_cost_reasons", list, origin)
+    return tuple(ZeroCostOp.from_dict(z, f"{origin}: zero_cost_reasons[{i}]")
+                 for i, z in enumerate(rows))
+
+
 def _known_device(name: str, origin: str) -> Device:
     from ..device_db import load_device
 
@@ -216,3 +255,71 @@ def _known_device(name: str, origin: str) -> Device:
     except DeviceError:
         raise DeviceError(f"{origin}: device {name!r} is not in the device database (load it "
                           "with device=load_device('path/to/device.json'))") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The published schema (docs/schemas/forecast.v1.schema.json) and the checks beyond it
+# ---------------------------------------------------------------------------------------------
+# Keys every schema-1 reader needs; everything else ``to_dict`` writes is typed but optional, so
+# fields added later do not invalidate older files of the same version.
+FORECAST_REQUIRED = ("schema", "model", "device", "mode", "predictor", "kernels")
+KERNEL_REQUIRED = ("name", "op_type", "family", "phase", "flops", "bytes", "latency_ms", "bound")
+
+
+def _check_version(schema: Any, origin: str) -> None:
+    """Schema 1 is the only version so far: older (none) and newer files are refused."""
+    if schema == SCHEMA_VERSION and not isinstance(schema, bool):
+        return
+    from .. import __version__
+
+    found = "no 'schema' field" if schema is None else f"schema {schema!r}"
+    newer = isinstance(schema, int) and not isinstance(schema, bool) and schema > SCHEMA_VERSION
+    fix = "upgrade tilecast to read it" if newer else "re-create it with this version"
+    raise ConfigError(f"{origin}: found {found}; tilecast {__version__} reads forecast schema "
+                      f"{SCHEMA_VERSION} ({fix})")
+
+
+def _sample() -> Forecast:
+    """A small forecast whose ``to_dict`` shows the shape of every key (schema generation)."""
+    from ..device_db import load_device
+
+    cost = OpCost(family="matmul", flops=2, bytes=12, dtype="float32", unit="matrix",
+                  matmul=MatmulDims(1, 1, 1, 1))
+    kernel = KernelForecast(Kernel("mm", ("mm",), "MatMul", cost), 0.01, "compute", "128x128")
+    return Forecast("model.onnx", load_device("l4"), "inference", "roofline", (kernel,),
+                    unsupported={"Foo": 1}, zero_cost={"Shape": 1}, dims={"batch": 1},
+                    node_count=3)
+
+
+@functools.lru_cache(maxsize=1)
+def forecast_schema() -> dict[str, Any]:
+    """JSON Schema of ``Forecast.to_dict()``, generated from the dataclasses."""
+    from ..schemas import DRAFT, hints_of, record_schema
+
+    sample = _sample().to_dict()
+    kernel = record_schema(KernelForecast, sample["kernels"][0],
+                           hints=hints_of(KernelForecast, Kernel, OpCost),
+                           required=KERNEL_REQUIRED)
+    hints = {**hints_of(Forecast), "schema": int, "tilecast_version": str, "device": str,
+             "nodes": int}
+    top = record_schema(Forecast, sample, hints=hints, required=FORECAST_REQUIRED)
+    kernel["properties"]["phase"]["enum"] = list(PHASES)
+    top["properties"]["dims"]["additionalProperties"] = {"type": "integer", "exclusiveMinimum": 0}
+    top["properties"].update(schema={"const": SCHEMA_VERSION},
+                             kernels={"type": "array", "items": kernel})
+    return {"$schema": DRAFT, "$id": f"urn:tilecast:forecast:v{SCHEMA_VERSION}",
+            "title": "forecast", "version": SCHEMA_VERSION,
+            "description": "tilecast analyze --format json; generated by "
+                           "`python -m tilecast.schemas --write` from analyzer/forecast.py",
+            **top}
+
+
+def _check_totals(data: Mapping[str, Any], forecast: Forecast, origin: str) -> None:
+    """Saved totals must be what the kernels add up to (each value was rounded to 6
+    significant digits, so allow 1e-5 relative)."""
+    for key, value in (("total_ms", forecast.total_ms),
+                       ("unsupported_ms", forecast.unsupported_ms)):
+        saved = data.get(key)
+        if saved is not None and abs(saved - value) > 1e-5 * max(abs(value), 1e-3):
+            raise ConfigError(f"{origin}: field '{key}' is {saved} but the kernels add up to "
+                              f"{_r(value)} (edited or corrupt)")

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from google.protobuf.message import DecodeError
 from onnx import helper
 
 from ..errors import ModelLoadError, ShapeError
 from .shape_rules import complete_missing_shapes
 from .types import DTYPES, NodeView, TensorInfo
+from .validate import validate_graph
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -49,9 +49,11 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelPr
     path = Path(source)
     if not path.is_file():
         raise ModelLoadError(f"model file not found: {path}")
+    if path.stat().st_size == 0:
+        raise ModelLoadError(f"{path} is empty (0 bytes), not an ONNX model")
     try:
         model = onnx.load(str(path), load_external_data=False)
-    except (DecodeError, RuntimeError, ValueError, OSError) as exc:
+    except Exception as exc:  # protobuf raises DecodeError, json_format.ParseError, ...
         raise ModelLoadError(f"{path} is not a readable ONNX model ({type(exc).__name__}: "
                              f"{str(exc).splitlines()[0] if str(exc) else 'decode failed'})"
                              ) from None
@@ -139,6 +141,7 @@ def _inline_functions(model: onnx.ModelProto) -> onnx.ModelProto:
 def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -> Graph:
     """Bind symbolic dims, complete shapes, and return typed node views."""
     model = _inline_functions(model)
+    validate_graph(model)
     if dims:
         _bind_dims(model, dims)
     known = _value_infos(model)

@@ -12,11 +12,13 @@ import onnx
 from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .analysis import NodeResult, cost_graph
-from .forecast import Forecast, KernelForecast
+from .fold import fold_load_time
+from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import fusion_groups
 from .graph import Graph, build_graph, load_model
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
+from .steps import expand_steps
 from .types import Kernel
 
 MODES = ("inference", "training")
@@ -87,8 +89,9 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         proto = onnx.ModelProto()
         proto.CopyFrom(model)  # binding dims edits the proto: never touch the caller's
     graph = build_graph(proto, dims)
-    results = fold_linear_bias(cost_graph(graph))
+    results = fold_load_time(fold_linear_bias(cost_graph(graph)))
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
+    kernels = expand_steps(results, kernels)
     if mode == "training":
         from .training import training_kernels
 
@@ -101,4 +104,11 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
         fusion=fusion, dims=dict(dims or {}), node_count=len(results),
+        zero_cost_reasons=zero_cost_reasons(results),
     )
+
+
+def zero_cost_reasons(results: Sequence[NodeResult]) -> tuple[ZeroCostOp, ...]:
+    """(op, reason, count) of the zero-cost nodes, sorted by op then reason."""
+    acc = Counter((r.op_key, r.reason) for r in results if r.outcome == "zero")
+    return tuple(ZeroCostOp(op, reason, n) for (op, reason), n in sorted(acc.items()))

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 from .types import NodeView, OpCost
 
 CostFn = Callable[[NodeView], OpCost]
+# An op that launches several kernels (an RNN's per-step GEMMs, an einsum's pairwise
+# contractions): (name suffix, cost) per kernel, in launch order.
+StepsFn = Callable[[NodeView], list[tuple[str, OpCost]]]
+# Its backward, given the set of input names that need a gradient.
+BackwardStepsFn = Callable[[NodeView, set[str]], list[tuple[str, OpCost]]]
 ONNX_DOMAINS = ("", "ai.onnx")
 MAX_OPSET = 10_000
 
@@ -83,6 +88,33 @@ class CostRegistry:
 
 
 REGISTRY = CostRegistry()
+STEPS: dict[tuple[str, str], StepsFn] = {}
+BACKWARD_STEPS: dict[tuple[str, str], BackwardStepsFn] = {}
+
+
+def summed(steps: StepsFn, family: str) -> CostFn:
+    """The node's one-line cost: its kernels' FLOPs and bytes added up (``STEPS`` keeps the
+    kernels themselves; ``steps.expand_steps`` launches them)."""
+
+    def fn(node: NodeView) -> OpCost:
+        parts = [c for _, c in steps(node)]
+        if len(parts) == 1:
+            return parts[0]
+        main = max(parts, key=lambda c: c.flops)
+        return OpCost(family, sum(c.flops for c in parts), sum(c.bytes for c in parts),
+                      main.dtype, unit=main.unit, elements=parts[-1].elements)
+
+    return fn
+
+
+def register_steps(op_type: str, steps: StepsFn, family: str, *, domain: str = "",
+                   backward: BackwardStepsFn | None = None) -> None:
+    """Register an op that launches several kernels: its summed cost, its steps and, when
+    given, the kernels of its backward (training mode)."""
+    REGISTRY.register(domain, op_type, summed(steps, family))
+    STEPS[(_norm_domain(domain), op_type)] = steps
+    if backward is not None:
+        BACKWARD_STEPS[(_norm_domain(domain), op_type)] = backward
 
 
 def cost(op_type: str, *, domain: str = "", since: int = 1,

@@ -4,9 +4,13 @@ One training step = forward kernels, then in reverse graph order each node's bac
 (by family, with their real shapes and bytes: no forward/backward ratio), then the gradient
 accumulation kernels, then (optionally) the optimizer update.
 
-- Which tensors need a gradient: parameters are float initializers with more than one element
-  (scalar constants and shape tensors are not trained); a float output needs one when any input
-  does. Integer/bool outputs (masks, indices, comparisons) never do.
+- Which tensors need a gradient: the parameters (``params.py``: float initializers a parametric
+  op consumes as a weight; not BatchNorm running statistics, masks or constant tables); a float
+  output needs one when any input does. Integer/bool outputs (masks, indices) never do.
+- A graph that cannot be trained as given (quantized, or without any parameter) is an error.
+- BatchNormalization trains on batch statistics: a per-channel reduction pass for mean and
+  variance, then the normalize pass; its backward is a reduction (dgamma, dbeta and the two
+  sums dX needs) and an elementwise dX pass, as cuDNN's batch-norm training kernels run.
 - A tensor read by k differentiable consumers gets k-1 gradient sums; every parameter gets one
   accumulation into ``.grad`` (``grad += new``), as PyTorch does when ``.grad`` exists.
 - The backward starts from the graph outputs' gradients (no loss kernel is added).
@@ -22,6 +26,8 @@ from collections.abc import Callable, Sequence
 
 from .analysis import NodeResult
 from .graph import Graph
+from .params import batch_norm_training, check_trainable, parameters, unfold_trained
+from .registry import BACKWARD_STEPS
 from .types import Kernel, MatmulDims, NodeView, OpCost, RowDims, TensorInfo
 
 BackwardFn = Callable[[NodeResult, set[str]], list[tuple[str, OpCost]]]
@@ -31,6 +37,7 @@ OPTIMIZERS = ("none", "sgd", "adam")
 # exp_avg, exp_avg_sq and writes param, exp_avg, exp_avg_sq (7). FLOPs per element from the
 # update formulas (Adam: 2 moment FMAs, sqrt, divide, bias corrections, weight decay).
 OPTIMIZER_TRAFFIC = {"sgd": (5, 3), "adam": (7, 12)}
+STATS_BYTES = 4  # per-channel batch statistics are float32
 
 
 def _nb(t: TensorInfo | None) -> int:
@@ -153,6 +160,22 @@ def _generic_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
                           c.elements, c.estimated))]
 
 
+def _batch_norm_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
+    """cuDNN-style: one pass reduces dY and dY * x_hat per channel (dgamma, dbeta and the sums
+    dX needs: 2 FMAs per element), one elementwise pass writes dX (about 5 ops per element)."""
+    node, y = r.node, r.node.outputs[0]
+    x = node.input(0)
+    if x is None or not x.known:
+        return _rows_bw(r, need)
+    ch = x.shape[1] if len(x.shape) > 1 else 1
+    stats = 2 * ch * STATS_BYTES
+    out = [("dStats", OpCost("reduction", 4 * x.numel, _nb(x) + _nb(y) + stats, y.dtype,
+                             rows=RowDims(ch, x.numel // max(ch, 1)), elements=2 * ch))]
+    if x.name in need:
+        out.append(_elementwise("dX", y.dtype, 2 * _nb(y) + _nb(x) + stats, x.numel, 5))
+    return out
+
+
 BACKWARD: dict[str, BackwardFn] = {
     "matmul": _matmul_bw, "conv": _conv_bw, "elementwise": _elementwise_bw,
     "softmax": _rows_bw, "normalization": _rows_bw, "gather": _gather_bw,
@@ -160,15 +183,10 @@ BACKWARD: dict[str, BackwardFn] = {
 
 
 def trainable(results: Sequence[NodeResult]) -> tuple[set[str], dict[str, TensorInfo]]:
-    """(tensors that need a gradient, parameters by name)."""
-    params: dict[str, TensorInfo] = {}
-    need: set[str] = set()
+    """(tensors that need a gradient, parameters by name). Parameters: see ``params.py``."""
+    params = parameters(results)
+    need: set[str] = set(params)
     for r in results:
-        for t in r.node.inputs:
-            if (t is not None and t.is_initializer and t.dtype.startswith(("float", "bfloat"))
-                    and t.shape is not None and t.numel > 1):
-                params[t.name] = t
-                need.add(t.name)
         if any(t is not None and t.name in need for t in r.node.inputs):
             need.update(t.name for t in r.node.outputs
                         if t.dtype.startswith(("float", "bfloat")))
@@ -208,9 +226,12 @@ def _optimizer(params: dict[str, TensorInfo], optimizer: str) -> list[Kernel]:
 def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kernel]:
     if r.cost is None or not any(t.name in need for t in node.outputs):
         return []
-    fn = BACKWARD.get(r.cost.family, _generic_bw)
+    bn = node.op_type == "BatchNormalization" and not node.domain
+    steps = BACKWARD_STEPS.get((node.domain, node.op_type))
+    fn = _batch_norm_bw if bn else BACKWARD.get(r.cost.family, _generic_bw)
+    kernels = steps(node, need) if steps is not None else fn(r, need)
     return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
-                   "backward") for suffix, cost in fn(r, need)]
+                   "backward") for suffix, cost in kernels]
 
 
 def _dropout_cost(node: NodeView, reads: int) -> OpCost:
@@ -244,9 +265,12 @@ def training_kernels(graph: Graph, results: Sequence[NodeResult], forward: Seque
 
         raise TilecastError(f"unknown optimizer {optimizer!r}: choose one of "
                             f"{', '.join(OPTIMIZERS)}")
+    check_trainable(results)
+    results, rerun = unfold_trained(graph, results, parameters(results))
     need, params = trainable(results)
     drop_fwd, drop_bwd = dropout_kernels(results, need)
-    kernels = [*forward, *drop_fwd]
+    kernels = [*(Kernel(r.node.name, (r.node.name,), r.node.op_type, r.cost) for r in rerun),
+               *batch_norm_training(forward), *drop_fwd]
     for r in reversed(results):
         kernels.extend(backward_kernels(r.node, r, need))
     kernels.extend(drop_bwd)

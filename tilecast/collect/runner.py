@@ -135,7 +135,7 @@ def describe_device(device, name: str, user: dict | None = None) -> dict:
         sms, mem, prop = os.cpu_count() or 1, 1.0, "os.cpu_count (memory not measured)"
     desc = {
         "name": name, "vendor": "nvidia" if device.type == "cuda" else "cpu",
-        "arch": "unknown", "aliases": [], "sm_count": sms, "cores_per_sm": 1,
+        "arch": "generic", "aliases": [], "sm_count": sms, "cores_per_sm": 1,
         "boost_clock_mhz": 1000.0, "memory_gb": round(mem, 2),
         "mem_bandwidth_gbps": round(gbps, 2), "l2_cache_mb": 1.0,
         "peak_tflops_fp32": round(tflops, 4), "launch_overhead_us": 5.0,

@@ -10,6 +10,14 @@ MATRIX_DTYPES = {"tf32": "tf32", "float16": "fp16", "bfloat16": "bf16", "float8e
                  "float8e5m2": "fp8", "int8": "int8", "uint8": "int8"}
 
 
+# GPU generations the occupancy and tile tables know (learned/features.py, learned/tiles.py).
+# "generic": an explicit "not one of these" whose defaults are documented in docs/devices.md
+# (2048 threads, 32 blocks and 128 KiB L1 per SM; the newest measured cuBLAS tile family).
+ARCHS = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
+         "cdna1", "cdna2", "cdna3", "generic")
+GENERIC_ARCH = "generic"
+
+
 @dataclass(frozen=True)
 class Interconnect:
     nvlink_gbps: float | None = None  # NVLink (NVIDIA) total bidirectional GB/s
@@ -27,7 +35,7 @@ class Device:
 
     name: str
     vendor: str  # "nvidia" | "amd"
-    arch: str  # pascal, volta, turing, ampere, ada, hopper, blackwell, cdna1, cdna2, cdna3
+    arch: str  # one of ARCHS
     sm_count: int  # SMs (NVIDIA) or compute units (AMD)
     cores_per_sm: int
     boost_clock_mhz: float
@@ -43,6 +51,14 @@ class Device:
     peak_tflops_bf16_matrix: float | None = None
     peak_tflops_fp8_matrix: float | None = None
     peak_tops_int8_matrix: float | None = None
+    # Physical limits on sustained throughput (issues 10 and 17); optional so older files load.
+    base_clock_mhz: float | None = None  # datasheet base (guaranteed) clock
+    board_power_w: float | None = None  # TDP / total board power of this SKU
+    # Share of the SM's warp-instruction issue slots that FP32 FMAs take at peak_tflops_fp32:
+    # FP32 lanes / (warp width x warp instructions dispatched per clock). 1.0 = no spare slot.
+    fp32_issue_share: float | None = None
+    # Fraction of the dense fp16/bf16 matrix peak that large vendor-BLAS GEMMs sustain.
+    matrix_sustained_fraction: float | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
     supported_dtypes: tuple[str, ...] = ("float32",)
     aliases: tuple[str, ...] = ()

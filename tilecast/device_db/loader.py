@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeviceError
-from .device import Device, Interconnect
+from .device import ARCHS, GENERIC_ARCH, Device, Interconnect
 
 GPUS_DIR = Path(__file__).with_name("gpus")
 VENDORS = ("nvidia", "amd", "cpu")  # cpu: `tilecast collect --device cpu` test runs
@@ -36,6 +36,8 @@ DEFAULT_LAUNCH_SOURCE = "tilecast default (the file gives no launch overhead; se
 _NAME_SEPARATORS = re.compile(r"[\s_\-]+")
 _NUMERIC_KINDS = ("int", "float", "opt_int", "opt_float")
 _REQUIRED_IN_JSON = {"sources"}  # has a default in Device, but every file must say its sources
+DEVICE_SCHEMA_VERSION = 1  # an optional top-level "schema" key; absent means 1
+_OLD_ARCH_NAMES = {"unknown": GENERIC_ARCH}  # before 0.1.0's schemas: migrated on read
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,14 +163,31 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
     if values["vendor"] not in VENDORS:
         allowed = ", ".join(VENDORS)
         raise _error(origin, "vendor", f"must be one of {allowed}, got {values['vendor']!r}")
+    if values["arch"] not in ARCHS:
+        raise _error(origin, "arch", f"must be one of {', '.join(ARCHS)}, got "
+                     f"{values['arch']!r} ('generic' for another GPU: see docs/devices.md)")
     for dtype in values.get("supported_dtypes", ()):
         if dtype not in ONNX_DTYPES:
             raise _error(origin, "supported_dtypes", f"has {dtype!r}, not an ONNX dtype name "
                          "(e.g. float32, float16, bfloat16, float8e4m3fn, int8)")
 
 
+_FRACTION_FIELDS = ("fp32_issue_share", "matrix_sustained_fraction")
+
+
+def _check_physical(values: Mapping[str, Any], origin: str) -> None:
+    for name in _FRACTION_FIELDS:
+        if values.get(name) is not None and values[name] > 1:
+            raise _error(origin, name, f"is a fraction and must be <= 1, got {values[name]!r}")
+    base = values.get("base_clock_mhz")
+    if base is not None and base > values["boost_clock_mhz"]:
+        raise _error(origin, "base_clock_mhz", f"({base}) must not exceed boost_clock_mhz "
+                     f"({values['boost_clock_mhz']})")
+
+
 def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     """Validate a tilecast-schema mapping (as read from JSON) and build the :class:`Device`."""
+    obj = _migrate(obj, origin)
     values = _check_object(obj, DEVICE_FIELDS, "", origin)
     link = _check_object(
         values.get("interconnect", {}), INTERCONNECT_FIELDS, "interconnect.", origin
@@ -176,8 +195,27 @@ def parse_device(obj: Any, origin: str = "<dict>") -> Device:
     flat = {**values, **{f"interconnect.{k}": v for k, v in link.items()}}
     values["sources"] = _check_sources(values["sources"], flat, origin)
     _check_enums(values, origin)
+    _check_physical(values, origin)
+    from ..schemas import check  # last, the published schema itself (same field table)
+    from .schema import device_schema
+
+    check(obj, device_schema(), f"device JSON {origin}", DeviceError)
     values["interconnect"] = Interconnect(**link)
     return Device(**values, source_file=origin)
+
+
+def _migrate(obj: Any, origin: str) -> Any:
+    """Drop the optional ``schema`` key (refusing other versions) and rename old arch values."""
+    if not isinstance(obj, Mapping):
+        return obj
+    obj = dict(obj)
+    version = obj.pop("schema", DEVICE_SCHEMA_VERSION)
+    if version != DEVICE_SCHEMA_VERSION or isinstance(version, bool):
+        raise _error(origin, "schema", f"is {version!r}; this tilecast reads device schema "
+                     f"{DEVICE_SCHEMA_VERSION} (docs/schemas/device.v1.schema.json)")
+    if isinstance(obj.get("arch"), str) and obj["arch"] in _OLD_ARCH_NAMES:
+        obj["arch"] = _OLD_ARCH_NAMES[obj["arch"]]
+    return obj
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,9 +285,9 @@ def _from_legacy(obj: Mapping[str, Any], origin: str) -> dict[str, Any]:
 
 
 def _known_arch(name: str) -> str:
-    """Architecture of the shipped device of that name, else "unknown"."""
+    """Architecture of the shipped device of that name, else "generic"."""
     device = _database().index.get(_normalize(name))
-    return device.arch if device else "unknown"
+    return device.arch if device else GENERIC_ARCH
 
 
 # ---------------------------------------------------------------------------------------------

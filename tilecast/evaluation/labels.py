@@ -18,6 +18,7 @@ from ..errors import DeviceError
 NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)"
                   r"(?P<suffix>-[A-Za-z0-9_]+)?\.json$")
 MODES = {"inf": "inference", "train": "training"}
+LAYOUT = "LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json with e2e_latency"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from typing import Any
 
 from ..analyzer.pipeline import analyze, resolve_predictor
 from ..analyzer.predictor import Predictor
-from .labels import Label, Skipped, discover_labels
+from ..errors import ConfigError
+from .labels import LAYOUT, Label, Skipped, discover_labels
 from .published import load_published
 
 # Heads used by the reference measurements (the paper's Hugging Face runs).
@@ -112,12 +113,22 @@ def _summaries(runs: list[Run]) -> tuple[Summary, ...]:
     return tuple(out)
 
 
+def _no_labels(labels_dir: Path, gpus: tuple[str, ...], skipped: list[Skipped]) -> str:
+    """An evaluation of nothing must fail: a CI job pointed at the wrong folder never passes."""
+    where = f"{labels_dir}" + (f" for GPU {', '.join(gpus)}" if gpus else "")
+    why = (f"; {len(skipped)} file(s) skipped, first: {skipped[0].file}: {skipped[0].reason}"
+           if skipped else "")
+    return f"no label files in {where} (expected {LAYOUT}){why}"
+
+
 def evaluate(labels_dir: Path, *, models_dir: Path | None = None,
              published_dir: Path | None = None, gpus: tuple[str, ...] = (),
              predictor: str | Predictor | None = None, cache_dir: Path | None = None,
              progress: Progress | None = None) -> EvalResult:
     models_dir = models_dir or labels_dir.parent / "models"
     labels, skipped = discover_labels(labels_dir, models_dir, gpus)
+    if not labels:
+        raise ConfigError(_no_labels(labels_dir, gpus, skipped))
     paper = load_published(published_dir) if published_dir else {}
     pred = resolve_predictor(predictor)
     cache = cache_dir or default_cache_dir()

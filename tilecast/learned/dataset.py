@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -67,6 +68,7 @@ class KernelSamples:
     kernel_name: np.ndarray  # str: the launched kernel (carries the cuBLAS tile)
     grid: np.ndarray  # int64 thread blocks launched (grid x*y*z)
     block_threads: np.ndarray  # int64 threads per block
+    split_k: np.ndarray  # int64 reduction slices cuBLAS launched (1 elsewhere)
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -85,10 +87,33 @@ def _int(row: dict[str, str], key: str) -> int:
     return int(float(value)) if value not in (None, "") else 0
 
 
+def matmul_dims_of_row(r: dict[str, str]) -> tuple[int, int, int, int]:
+    """tilecast's (b, m, n, k) of a bmm / linear row: THE one place the CSV convention is read.
+
+    The NeuSight CSVs' ``B, M, N, K`` mean ``(B x M x N) @ (B x N x K)``: N is the reduction
+    and the output is M x K (linear: ``Linear(N -> K)`` on M rows). tilecast's ``MatmulDims``
+    is (m x k) @ (k x n), so m = M, n = K (output columns), k = N (reduction). The recorded
+    launch grids are the evidence: ``Grid x = ceil(K / tile rows)`` and ``Grid y = ceil(M /
+    tile cols)`` on >= 99 % of the rows whose kernel name carries a tile
+    (tests/test_learned_dataset.py checks it against the data).
+    """
+    b, m, n_csv, k_csv = (max(_int(r, c), 1) for c in "BMNK")
+    return b, m, k_csv, n_csv
+
+
+def split_k_of_row(op: str, b: int, r: dict[str, str]) -> int:
+    """Slices of the reduction launched along grid z: a linear's grid z is its split-K count;
+    a bmm's grid z is its batch, times the split when cuBLAS also splits K."""
+    z = max(_int(r, "Grid z"), 1)
+    if op == "linear":
+        return z
+    return z // b if z % b == 0 and z >= b else 1
+
+
 def _costs(op: str, r: dict[str, str]) -> tuple[int, ...]:
     """(b, m, n, k, rows, cols, elements) of one CSV row."""
     if op in ("bmm", "linear"):
-        b, m, n, k = (max(_int(r, c), 1) for c in "BMNK")
+        b, m, n, k = matmul_dims_of_row(r)
         return b, m, n, k, 0, 0, b * m * n
     rows, cols = max(_int(r, "B"), 1), max(_int(r, "H"), 1)
     return 0, 0, 0, 0, rows, cols, rows * cols
@@ -98,7 +123,7 @@ def _flops_bytes(op: str, dims: tuple[int, ...], itemsize: float) -> tuple[float
     b, m, n, k, rows, cols, elements = dims
     if op == "bmm":
         return 2.0 * b * m * n * k, itemsize * b * (m * k + k * n + m * n)
-    if op == "linear":  # y = x W^T + bias
+    if op == "linear":  # y = x W^T + bias: x (m, k), W (n, k), bias (n), y (m, n)
         return 2.0 * m * n * k + m * n, itemsize * (m * k + n * k + m * n + n)
     if op == "softmax":
         return SOFTMAX_FLOPS_PER_ELEMENT * elements, itemsize * 2.0 * elements
@@ -112,10 +137,11 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
     """One CSV file -> samples (rows of ops tilecast does not model are skipped)."""
     cols: dict[str, list] = {f.name: [] for f in fields(KernelSamples)}
     with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
+        for line, r in enumerate(csv.DictReader(fh), start=2):  # line 1: the header
             op = (r.get("OPName") or "").strip()
             if op not in FAMILY_OF_OP:
                 continue
+            _check_row(path, line, r)
             dims = _costs(op, r)
             # The NeuSight release is all fp32; `tilecast collect` writes a short "dtype" column.
             raw = (r.get("Dtype") or r.get("dtype") or "float32").strip()
@@ -125,6 +151,7 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
             grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
             threads = max(_int(r, "Block x"), 1) * max(_int(r, "Block y"), 1) * max(
                 _int(r, "Block z"), 1)
+            cols["split_k"].append(split_k_of_row(op, dims[0], r) if dims[0] else 1)
             for key, value in zip(("b", "m", "n", "k", "rows", "cols", "elements"), dims,
                                   strict=True):
                 cols[key].append(value)
@@ -138,6 +165,33 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
     if not cols["op"]:
         return None
     return _to_arrays(cols)
+
+
+_DIM_COLUMNS = ("B", "M", "N", "K", "H", "Grid x", "Grid y", "Grid z", "Block x", "Block y",
+                "Block z")
+
+
+def _check_row(path: Path, line: int, r: dict[str, str | None]) -> None:
+    """A row tilecast models must have a positive finite latency, a device and non-negative
+    finite dims: a bad value fails naming the file and line, it is never averaged in."""
+    def bad(column: str, expected: str) -> ConfigError:
+        return ConfigError(f"{path}:{line}: column '{column}' must be {expected}, got "
+                           f"{r.get(column)!r}")
+
+    if not (r.get("Device") or "").strip():
+        raise bad("Device", "a GPU name")
+    for column in ("Latency", *_DIM_COLUMNS):
+        text = r.get(column)
+        if column != "Latency" and text in (None, ""):
+            continue
+        try:
+            value = float(text)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            value = math.nan
+        ok = value > 0 if column == "Latency" else value >= 0
+        if not (math.isfinite(value) and ok):
+            raise bad(column, "a positive number of ms" if column == "Latency"
+                      else "a non-negative number")
 
 
 _STR_FIELDS = ("op", "family", "device", "split", "dtype", "kernel_name")

@@ -154,6 +154,7 @@ class KernelColumns:
     cols: np.ndarray
     tile_m: np.ndarray  # matmul tile chosen by tiles.py (0 elsewhere)
     tile_n: np.ndarray
+    split_k: np.ndarray | None = None  # matmul reduction slices (grid z); None: 1
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,12 @@ def _finish(family: str, cols: dict[str, np.ndarray], launch_s: np.ndarray,
 def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     tm, tn = np.maximum(kc.tile_m, 1.0), np.maximum(kc.tile_n, 1.0)
     b, m, n, k = (np.maximum(a, 1.0) for a in (kc.b, kc.m, kc.n, kc.k))
+    split = np.ones_like(k) if kc.split_k is None else np.maximum(kc.split_k, 1.0)
     # cuBLAS is column-major: PyTorch's row-major C = A B runs as C^T = B^T A^T, so the
-    # kernel's tile rows (tm) cover N and its columns (tn) cover M (the grids confirm it).
-    tiles = b * np.ceil(n / tm) * np.ceil(m / tn)
+    # kernel's tile rows (tm) cover N and its columns (tn) cover M (the grids confirm it);
+    # split-K launches `split` slices of the reduction per output tile (grid z).
+    tiles = b * np.ceil(n / tm) * np.ceil(m / tn) * split
+    k = np.ceil(k / split)  # the reduction length one thread block walks
     tile_flops = 2.0 * tm * tn * k
     per_sm_peak = dc.peak_flops / dc.sm_count
     # The plain roofline, not a wave-quantized one: cuBLAS splits K across extra blocks for

@@ -108,16 +108,18 @@ class OnnxPredictor:
     def _features(self, family: str, p: Parts, device: Device) -> tuple[ft.Features, np.ndarray]:
         n = len(p.kernel)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, p.unit)
-        tm, tn = np.zeros(n), np.zeros(n)
+        tm, tn, split = np.zeros(n), np.zeros(n), np.ones(n)
         tile = np.empty(0, dtype=object)
         if family == "matmul" and n:
             x = tl.tree_features(p.b, p.m, p.n, p.k, dc.sm_count)
-            tile = self.tile_table.select(device.arch, p.layout, x)
+            tile, split = self.tile_table.select(device.arch, p.layout, x)
             tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
-                              p.rows, p.cols, tm, tn)
+                              p.rows, p.cols, tm, tn, split)
         f = ft.build_features(family, kc, dc)
-        if family != "matmul":
+        if family == "matmul":
+            tile = tl.tile_labels(tile, split)
+        else:
             tile = row_tile_strings(family, kc)
         return f, tile
 

@@ -64,6 +64,8 @@ def matmul_tree_inputs(s: KernelSamples, devices: list[Device],
 
 
 def measured_tiles(s: KernelSamples) -> np.ndarray:
+    """The output tile each sample's kernel ran with, from its name (``ampere_sgemm_128x64_tn``
+    -> "128x64"); "128x128" where the name carries none (0.4 % of the rows)."""
     out = []
     for name in s.kernel_name:
         tile = tl.parse_tile(name)
@@ -81,31 +83,32 @@ def fit_tiles(s: KernelSamples, lookup: DeviceLookup = default_lookup) -> tl.Til
     for dev, op, tile in zip(s.device, s.op, tiles, strict=True):
         counts = observed.setdefault(f"{dev}/{op}", {})
         counts[tile] = counts.get(tile, 0) + 1
-    return tl.fit_tile_table(fam, layout, x, tiles, observed)
+    return tl.fit_tile_table(fam, layout, x, tiles, s.split_k.astype(np.float64), observed)
 
 
-def family_data(s: KernelSamples, family: str, table: tl.TileTable | None,
+def family_data(s: KernelSamples, family: str, table: tl.TileTable | None = None,
                 lookup: DeviceLookup = default_lookup) -> FamilyData:
-    """Features of one family's samples. Matmul tiles come from ``table`` (the serving rule)
-    or, when ``table`` is None, from the kernel names (what cuBLAS actually ran)."""
+    """Features of one family's samples. Matmul tiles and split-K come from the kernel names
+    and grids (what cuBLAS ran: training) or, given a ``table``, from its trees (the serving
+    rule: evaluation of what users get)."""
     s = s.select(s.family == family)
     devices, which = resolve_devices(s.device, lookup)
     n = len(s)
-    tm, tn = np.zeros(n), np.zeros(n)
+    tm, tn, split = np.zeros(n), np.zeros(n), np.ones(n)
     tile = np.full(n, "", dtype=object)
     if family == "matmul":
         if table is None:
-            tile = measured_tiles(s)
+            tile, split = measured_tiles(s), s.split_k.astype(np.float64)
         else:
             fam, layout, x = matmul_tree_inputs(s, devices, which)
             for i, dev in enumerate(devices):
                 mask = which == i
-                tile[mask] = table.select(dev.arch, layout[mask], x[mask])
+                tile[mask], split[mask] = table.select(dev.arch, layout[mask], x[mask])
         tm, tn = tl.split_tiles(tile)
     units = np.full(n, "matrix" if family == "matmul" else "vector", dtype=object)
     dc = ft.device_columns(devices, which, s.dtype, units)
     f = np.float64
     kc = ft.KernelColumns(s.flops.astype(f), s.bytes.astype(f), s.itemsize.astype(f),
                           s.elements.astype(f), s.b.astype(f), s.m.astype(f), s.n.astype(f),
-                          s.k.astype(f), s.rows.astype(f), s.cols.astype(f), tm, tn)
+                          s.k.astype(f), s.rows.astype(f), s.cols.astype(f), tm, tn, split)
     return FamilyData(ft.build_features(family, kc, dc), s.latency_ms, s.device, s.op, tile)

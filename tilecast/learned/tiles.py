@@ -24,7 +24,7 @@ import numpy as np
 from ..errors import PredictorError
 
 TILE_TABLE_PATH = Path(__file__).parent / "artifacts" / "tile_table.json"
-TILE_TABLE_SCHEMA = 1
+TILE_TABLE_SCHEMA = 2  # 2: split-K trees ("<family>/<layout>/split")
 REGENERATE = (
     "tilecast train --data ../shared/datasets/neusight-asplos25 -o tilecast/learned/artifacts")
 
@@ -107,28 +107,40 @@ class TileTree:
                         np.asarray(d["leaf_tile"], dtype=np.int64), tuple(d["tiles"]))
 
 
+SPLIT = "split"  # suffix of the split-K trees' keys
+
+
 @dataclass(frozen=True)
 class TileTable:
-    """Per (kernel family, layout) tile trees; layout "nn" = batched matmul, "tn" = linear."""
+    """Per (kernel family, layout) trees; layout "nn" = batched matmul, "tn" = linear.
+
+    ``"<family>/<layout>"`` picks the output tile, ``"<family>/<layout>/split"`` the split-K
+    count (grid z slices of the reduction), both learned from what the measured GPUs ran.
+    """
 
     trees: dict[str, TileTree]
     observed: dict[str, dict[str, int]]  # "<device>/<op>" -> tile -> count (for reports)
 
-    def tree_for(self, arch: str, layout: str) -> TileTree:
+    def tree_for(self, arch: str, layout: str, what: str = "") -> TileTree:
         family = ARCH_FAMILY.get(arch)
-        key = f"{family}/{layout}"
+        suffix = f"/{what}" if what else ""
+        key = f"{family}/{layout}{suffix}"
         if key not in self.trees:  # an unknown generation: the newest family measured
-            key = sorted(k for k in self.trees if k.endswith(layout))[0]
+            key = sorted(k for k in self.trees if k.endswith(f"{layout}{suffix}"))[0]
         return self.trees[key]
 
-    def select(self, arch: str, layout: np.ndarray, x: np.ndarray) -> np.ndarray:
-        """Tile strings for one device's kernels; ``layout`` is "nn" / "tn" per row."""
-        out = np.empty(len(x), dtype=object)
+    def select(self, arch: str, layout: np.ndarray, x: np.ndarray,
+               ) -> tuple[np.ndarray, np.ndarray]:
+        """(tile strings, split-K counts) for one device's kernels; ``layout`` per row."""
+        tiles = np.empty(len(x), dtype=object)
+        splits = np.ones(len(x))
         for lay in ("nn", "tn"):
             mask = layout == lay
             if mask.any():
-                out[mask] = self.tree_for(arch, lay).predict(x[mask])
-        return out
+                tiles[mask] = self.tree_for(arch, lay).predict(x[mask])
+                split_tree = self.tree_for(arch, lay, SPLIT)
+                splits[mask] = split_tree.predict(x[mask]).astype(np.float64)
+        return tiles, splits
 
     def to_json(self) -> dict:
         return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
@@ -159,6 +171,13 @@ def parse_tile_table(d: dict, origin: str) -> TileTable:
                          d.get("observed", {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise PredictorError(f"tile table {origin} is malformed: {exc}") from exc
+
+
+def tile_labels(tiles: np.ndarray, splits: np.ndarray) -> np.ndarray:
+    """Report labels: "128x64", or "128x64/3" for a split-K launch of 3 reduction slices."""
+    return np.array([t if s <= 1 else f"{t}/{int(s)}" for t, s in zip(tiles, splits,
+                                                                        strict=True)],
+                    dtype=object)
 
 
 def split_tiles(tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -208,23 +227,30 @@ def layernorm_tiles(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return np.maximum(rows, 1), np.ones_like(rows), np.full_like(rows, ROW_THREADS)
 
 
-def fit_tile_table(kind: np.ndarray, layout: np.ndarray, x: np.ndarray, tiles: np.ndarray,
-                   observed: dict[str, dict[str, int]], seed: int = 0) -> TileTable:
-    """One decision tree per (kernel family, layout) from measured tiles (needs scikit-learn)."""
+def _fit_tree(x: np.ndarray, labels: np.ndarray, seed: int) -> TileTree:
     from sklearn.tree import DecisionTreeClassifier
 
+    names = tuple(sorted(set(labels.tolist())))
+    y = np.array([names.index(t) for t in labels])
+    clf = DecisionTreeClassifier(max_depth=10, min_samples_leaf=10, random_state=seed)
+    clf.fit(x, y)
+    t = clf.tree_
+    leaf = t.value[:, 0, :].argmax(axis=1)
+    return TileTree(np.where(t.children_left >= 0, t.feature, -1).astype(np.int64),
+                    t.threshold.astype(np.float64), t.children_left.astype(np.int64),
+                    t.children_right.astype(np.int64), clf.classes_[leaf].astype(np.int64),
+                    names)
+
+
+def fit_tile_table(kind: np.ndarray, layout: np.ndarray, x: np.ndarray, tiles: np.ndarray,
+                   splits: np.ndarray, observed: dict[str, dict[str, int]],
+                   seed: int = 0) -> TileTable:
+    """Tile and split-K trees per (kernel family, layout) from what ran (needs scikit-learn)."""
     trees = {}
     for key in sorted({f"{a}/{b}" for a, b in zip(kind, layout, strict=True)}):
         fam, lay = key.split("/")
         mask = (kind == fam) & (layout == lay)
-        names = tuple(sorted(set(tiles[mask])))
-        y = np.array([names.index(t) for t in tiles[mask]])
-        clf = DecisionTreeClassifier(max_depth=8, min_samples_leaf=20, random_state=seed)
-        clf.fit(x[mask], y)
-        t = clf.tree_
-        leaf = t.value[:, 0, :].argmax(axis=1)
-        trees[key] = TileTree(np.where(t.children_left >= 0, t.feature, -1).astype(np.int64),
-                              t.threshold.astype(np.float64), t.children_left.astype(np.int64),
-                              t.children_right.astype(np.int64),
-                              clf.classes_[leaf].astype(np.int64), names)
+        trees[key] = _fit_tree(x[mask], tiles[mask], seed)
+        split_labels = np.array([str(int(s)) for s in splits[mask]], dtype=object)
+        trees[f"{key}/{SPLIT}"] = _fit_tree(x[mask], split_labels, seed)
     return TileTable(trees, observed)

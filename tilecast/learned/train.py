@@ -155,7 +155,7 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
                 weights.append(conv.weights)
                 conv_meta = conv.metadata
             continue
-        data = family_data(train, family, table, lookup)
+        data = family_data(train, family, None, lookup)  # what ran: measured tiles, split-K
         vdata = family_data(val, family, table, lookup) if val is not None else None
         model = fit_family(data, config, vdata, progress)
         scores[family] = (log_ratio_error(predict_torch(model, vdata), vdata.latency_ms)

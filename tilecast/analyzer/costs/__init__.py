@@ -13,6 +13,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     normalization,
     pooling,
     reduction,
+    rnn,
     softmax,
     zero,
 )

@@ -7,7 +7,7 @@ a batched right operand gives b = product of the broadcast batch dims.
 
 from __future__ import annotations
 
-from ..registry import CostFn, cost, register_all
+from ..registry import CostFn, cost, register_all, register_steps
 from ..types import MatmulDims, NodeView, OpCost, RowDims
 from .common import (
     Shape,
@@ -19,7 +19,6 @@ from .common import (
     out_shape,
     prod,
     require,
-    shape_error,
     vector_cost,
 )
 
@@ -123,31 +122,50 @@ def _einsum_indices(node: NodeView) -> tuple[list[list[str]], list[str], dict[st
     return ops, out, sizes
 
 
-def _einsum_matmul_dims(ops: list[list[str]], out: list[str], sizes: dict[str, int],
-                        ) -> MatmulDims | None:
-    """A two-operand einsum whose indices are each batch, m, n or k is a batched matmul."""
-    if len(ops) != 2:
-        return None
-    a, b, o = set(ops[0]), set(ops[1]), set(out)
-    classes = {"b": a & b & o, "m": (a & o) - b, "n": (b & o) - a, "k": (a & b) - o}
-    if set().union(*classes.values()) != a | b | o:
-        return None  # an index summed inside one operand: not a plain matmul
-    dim = {key: prod(sizes[c] for c in cs) for key, cs in classes.items()}
-    return MatmulDims(dim["b"], dim["m"], dim["n"], dim["k"])
+def _sum_inside(idx: list[str], keep: set[str], sizes: dict[str, int], dtype: str,
+                size: float, name: str, steps: list[tuple[str, OpCost]]) -> list[str]:
+    """Sum away the indices of one operand that no later step needs (torch.einsum does this
+    before contracting a pair): one add per element read."""
+    kept = [c for c in dict.fromkeys(idx) if c in keep]
+    if len(kept) == len(dict.fromkeys(idx)):
+        return kept
+    n_in, n_out = prod(sizes[c] for c in dict.fromkeys(idx)), prod(sizes[c] for c in kept)
+    steps.append((name, OpCost("reduction", n_in, int(size * (n_in + n_out)), dtype,
+                               rows=RowDims(n_out, n_in // max(n_out, 1)), elements=n_out)))
+    return kept
 
 
-@cost("Einsum")
-def einsum(node: NodeView) -> OpCost:
-    """n operands: (n - 1) multiplies and 1 add per point of the full index space (2 per point
-    for a matmul). Not matmul-shaped: a vector reduction of that space onto the output."""
+def einsum_steps(node: NodeView) -> list[tuple[str, OpCost]]:
+    """Pairwise, left to right, as torch.einsum (and numpy.einsum without ``optimize``):
+    indices no later operand or the output needs are summed inside their operand first; then
+    each pair is one batched matmul: batch = indices in both that stay, k = indices in both
+    that go, m / n = indices of one side only. A lone operand is only summed (or permuted:
+    one copy)."""
     ops, out, sizes = _einsum_indices(node)
-    space = prod(sizes.values())
-    flops = len(ops) * space
-    d = _einsum_matmul_dims(ops, out, sizes)
-    if d is not None:
-        return matmul_cost(node, d)
-    out_n = prod(out_shape(node))
-    if out_n <= 0:
-        raise shape_error(node, "empty output")
-    return vector_cost(node, "reduction", flops, io_bytes(node),
-                       rows=RowDims(out_n, space // out_n))
+    dtype, size = node.inputs[0].dtype, node.inputs[0].itemsize
+    steps: list[tuple[str, OpCost]] = []
+    cur = ops[0]
+    for j, nxt in enumerate([*ops[1:], None], 1):
+        later = set(out).union(*ops[j + 1:]) if nxt is not None else set(out)
+        cur = _sum_inside(cur, later | set(nxt or ()), sizes, dtype, size, f"sum{j - 1}",
+                          steps)
+        if nxt is None:
+            break
+        nxt = _sum_inside(nxt, later | set(cur), sizes, dtype, size, f"sum{j}", steps)
+        a, b = set(cur), set(nxt)
+        groups = {"b": [c for c in cur if c in b and c in later],
+                  "m": [c for c in cur if c not in b], "n": [c for c in nxt if c not in a],
+                  "k": [c for c in cur if c in b and c not in later]}
+        d = MatmulDims(*(prod(sizes[c] for c in groups[g]) for g in "bmnk"))
+        n_a, n_b = prod(sizes[c] for c in cur), prod(sizes[c] for c in nxt)
+        cur = groups["b"] + groups["m"] + groups["n"]
+        n_y = d.b * d.m * d.n
+        steps.append((f"contract{j}", OpCost("matmul", 2 * d.b * d.m * d.n * d.k,
+                                             int(size * (n_a + n_b + n_y)), dtype,
+                                             unit="matrix", matmul=d, elements=n_y)))
+    if not steps:  # a permutation of one operand: one copy
+        steps.append(("copy", vector_cost(node, "movement", 0, io_bytes(node))))
+    return steps
+
+
+register_steps("Einsum", einsum_steps, "matmul")
