@@ -142,7 +142,7 @@ def test_conv_features_finite_and_bounded(device):
     dc = ft.device_columns(devs, np.zeros(n, dtype=np.int64), cc.dtype,
                            np.full(n, "vector", dtype=object))
     algo = np.array([cv.ALGORITHMS[i % len(cv.ALGORITHMS)] for i in range(n)], dtype=object)
-    f = cv.conv_features(cc, dc, algo)
+    f = cv.conv_features(cc, dc, algo, cv.power_columns(devs, np.zeros(n, dtype=np.int64)))
     assert f.x.shape == (n, len(ft.FEATURES["conv"])) and np.isfinite(f.x).all()
     for name in ("compute_fraction", "inv_waves", "wave_efficiency", "sm_fill", "l2_fit",
                  "transform_fraction", "pad_efficiency"):

@@ -31,10 +31,12 @@ Grouped and depthwise convolutions are routed to the memory-bound rule (``routin
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from ..device_db.device import Device
 from . import features as ft
 from .tiles import TileTree
 
@@ -194,7 +196,27 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
 FEATURES = ft.FEATURES["conv"]
 
 
-def conv_features(cc: ConvColumns, dc: ft.DeviceColumns, algo: np.ndarray) -> ft.Features:
+@dataclass(frozen=True)
+class PowerColumns:
+    """Per-row device limits on sustained clocks (datasheet board power and clocks): a
+    power-limited card (T4: 70 W for 8.1 TFLOP/s) runs its SGEMMs well below boost."""
+
+    watts_per_tflop: np.ndarray
+    base_over_boost: np.ndarray
+
+
+def power_columns(devices: Sequence[Device], which: np.ndarray) -> PowerColumns:
+    """Per-row columns; a device without a published board power gets 1 W per TFLOP (below
+    every trained GPU: the model clamps it to the training range and flags it)."""
+    wpt = np.array([(d.board_power_w or 0.0) / d.peak_tflops_fp32 for d in devices])
+    ratio = np.array([(d.base_clock_mhz or d.boost_clock_mhz) / d.boost_clock_mhz
+                      for d in devices])
+    which = np.asarray(which, dtype=np.int64)
+    return PowerColumns(np.maximum(wpt, 1.0)[which], ratio[which])
+
+
+def conv_features(cc: ConvColumns, dc: ft.DeviceColumns, algo: np.ndarray,
+                  power: PowerColumns) -> ft.Features:
     """Features of dense convolutions run with ``algo`` (one name of ALGORITHMS per row)."""
     matrix = np.array([d in TC_CHANNEL_MULTIPLE for d in cc.dtype], dtype=bool)
     work = algorithm_work(cc, algo, matrix)
@@ -215,6 +237,8 @@ def conv_features(cc: ConvColumns, dc: ft.DeviceColumns, algo: np.ndarray) -> ft
         "log2_reduction_len": np.log2(cc.c * cc.r * cc.s),
         "log2_out_channels": np.log2(cc.k), "log2_out_pixels": np.log2(cc.p * cc.q),
         "log2_taps": np.log2(cc.r * cc.s), "log2_stride": np.log2(cc.stride),
+        "log2_watts_per_tflop": np.log2(power.watts_per_tflop),
+        "base_over_boost": power.base_over_boost,
     })
     return ft.finish("conv", cols, launch_s, compute_s, memory_s)
 

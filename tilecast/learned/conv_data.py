@@ -146,10 +146,12 @@ def heldout_shapes(s: ConvSamples, fraction: float = HELDOUT_SHAPE_FRACTION) -> 
 
 
 def device_arrays(s: ConvSamples, lookup: DeviceLookup):
+    """(devices, row -> device index, DeviceColumns, PowerColumns)."""
     devices, which = resolve_devices(s.device, lookup)
     matrix = np.array([d in cv.TC_CHANNEL_MULTIPLE for d in s.dtype], dtype=bool)
     units = np.where(matrix, "matrix", "vector").astype(object)
-    return devices, which, ft.device_columns(devices, which, s.dtype, units)
+    return (devices, which, ft.device_columns(devices, which, s.dtype, units),
+            cv.power_columns(devices, which))
 
 
 def fit_algorithm_tree(s: ConvSamples, lookup: DeviceLookup = default_lookup,
@@ -158,7 +160,7 @@ def fit_algorithm_tree(s: ConvSamples, lookup: DeviceLookup = default_lookup,
     compute capability): the serving rule for the algorithm cuDNN picks."""
     from sklearn.tree import DecisionTreeClassifier
 
-    _, _, dc = device_arrays(s, lookup)
+    _, _, dc, _ = device_arrays(s, lookup)
     x = cv.tree_features(s.columns(), dc.sm_count, dc.arch)
     names = tuple(cv.ALGORITHMS)
     y = np.array([names.index(a) for a in s.algo])
@@ -176,9 +178,9 @@ def conv_family_data(s: ConvSamples, tree: tl.TileTree | None,
                      lookup: DeviceLookup = default_lookup) -> FamilyData:
     """Conv features and latencies; algorithms from ``tree`` (the serving rule) or, when
     ``tree`` is None, the recorded ones (what cuDNN ran)."""
-    _, _, dc = device_arrays(s, lookup)
+    _, _, dc, power = device_arrays(s, lookup)
     cc = s.columns()
     algo = s.algo if tree is None else cv.select_algorithms(tree, cc, dc)
-    f = cv.conv_features(cc, dc, algo)
+    f = cv.conv_features(cc, dc, algo, power)
     return FamilyData(f, s.latency_ms, s.device, np.full(len(s), "conv", dtype=object),
                       np.asarray(algo, dtype=object))

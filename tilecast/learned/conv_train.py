@@ -67,7 +67,7 @@ def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.
     (X + W + Y) bytes / bandwidth) plus one launch (the analyzer's ``RooflinePredictor``)."""
     flops = 2.0 * s.n * s.k * s.p * s.q * s.c * s.r * s.s
     io = s.itemsize * (s.n * s.c * s.h * s.w + s.k * s.c * s.r * s.s + s.n * s.k * s.p * s.q)
-    _, _, dc = cd.device_arrays(s, lookup)
+    _, _, dc, _ = cd.device_arrays(s, lookup)
     return (np.maximum(flops / dc.peak_flops, io / dc.bandwidth) + dc.launch_s) * 1e3
 
 

@@ -56,10 +56,13 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "softmax": _COMMON + _ROW,
     "layernorm": _COMMON + _ROW,
     # Convolutions (``conv.py`` builds them: cuDNN's algorithm, its FLOPs and transform bytes).
-    "conv": _COMMON + ("algo_implicit_precomp_gemm", "algo_implicit_gemm", "algo_winograd",
+    # The device enters through the roofline terms, waves and its power limits: SM count, L2
+    # size and L2 fit made the A100 (40 MiB L2, 108 SMs) extrapolate in leave-one-GPU-out.
+    "conv": tuple(f for f in _COMMON if f not in ("l2_fit", "log2_sms", "log2_l2_mb")) + ("algo_implicit_precomp_gemm", "algo_implicit_gemm", "algo_winograd",
                        "algo_winograd_nonfused", "algo_fft", "log2_work_reduction",
                        "transform_fraction", "pad_efficiency", "log2_reduction_len",
-                       "log2_out_channels", "log2_out_pixels", "log2_taps", "log2_stride"),
+                       "log2_out_channels", "log2_out_pixels", "log2_taps", "log2_stride",
+                       "log2_watts_per_tflop", "base_over_boost"),
 }
 COMMON_FEATURES = _COMMON
 UNITS: dict[str, str] = {
@@ -90,6 +93,8 @@ UNITS: dict[str, str] = {
     "log2_out_channels": "log2 of K (output channels)",
     "log2_out_pixels": "log2(P*Q), output pixels per image",
     "log2_taps": "log2(R*S), filter taps", "log2_stride": "log2 of the stride",
+    "log2_watts_per_tflop": "log2(board power W / fp32 peak TFLOP/s): power headroom",
+    "base_over_boost": "base clock / boost clock (1 where no base clock is published)",
 }
 
 

@@ -130,7 +130,8 @@ class OnnxPredictor:
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, units)
         tree, _ = self.conv  # type: ignore[misc]
         algo = cv.select_algorithms(tree, p.columns, dc)
-        return cv.conv_features(p.columns, dc, algo), cv.algorithm_strings(algo)
+        power = cv.power_columns([device], np.zeros(n, dtype=np.int64))
+        return cv.conv_features(p.columns, dc, algo, power), cv.algorithm_strings(algo)
 
     def _extrapolated(self, routed: Routed, device: Device,
                       feats: dict[str, tuple[ft.Features, np.ndarray]] | None = None,
