@@ -144,7 +144,7 @@ def test_conv_features_finite_and_bounded(device):
     algo = np.array([cv.ALGORITHMS[i % len(cv.ALGORITHMS)] for i in range(n)], dtype=object)
     f = cv.conv_features(cc, dc, algo, cv.power_columns(devs, np.zeros(n, dtype=np.int64)))
     assert f.x.shape == (n, len(ft.FEATURES["conv"])) and np.isfinite(f.x).all()
-    for name in ("compute_fraction", "inv_waves", "wave_efficiency", "sm_fill", "l2_fit",
+    for name in ("compute_fraction", "inv_waves", "wave_efficiency", "sm_fill",
                  "transform_fraction", "pad_efficiency"):
         col = f.x[:, ft.FEATURES["conv"].index(name)]
         assert (col >= 0).all() and (col <= 1 + 1e-6).all(), name
