@@ -58,7 +58,8 @@ FEATURES: dict[str, tuple[str, ...]] = {
     # Convolutions (``conv.py`` builds them: cuDNN's algorithm, its FLOPs and transform bytes).
     # The device enters through the roofline terms, waves and its power limits: SM count, L2
     # size and L2 fit made the A100 (40 MiB L2, 108 SMs) extrapolate in leave-one-GPU-out.
-    "conv": tuple(f for f in _COMMON if f not in ("l2_fit", "log2_sms", "log2_l2_mb")) + ("algo_implicit_precomp_gemm", "algo_implicit_gemm", "algo_winograd",
+    "conv": tuple(f for f in _COMMON if f not in ("l2_fit", "log2_sms", "log2_l2_mb")) + (
+        "algo_implicit_precomp_gemm", "algo_implicit_gemm", "algo_winograd",
                        "algo_winograd_nonfused", "algo_fft", "log2_work_reduction",
                        "transform_fraction", "pad_efficiency", "log2_reduction_len",
                        "log2_out_channels", "log2_out_pixels", "log2_taps", "log2_stride",

@@ -117,10 +117,7 @@ class OnnxPredictor:
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, tm, tn, split)
         f = ft.build_features(family, kc, dc)
-        if family == "matmul":
-            tile = tl.tile_labels(tile, split)
-        else:
-            tile = row_tile_strings(family, kc)
+        tile = tl.tile_labels(tile, split) if family == "matmul" else row_tile_strings(family, kc)
         return f, tile
 
     def _conv_features(self, p: ConvParts, device: Device) -> tuple[ft.Features, np.ndarray]:
