@@ -16,9 +16,7 @@ from tilecast.analyzer.registry import REGISTRY
 from tilecast.analyzer.types import ConvDims, Kernel, MatmulDims, OpCost
 from tilecast.learned import conv as cv
 
-DATA = Path("/work/shared/datasets/neusight-asplos25")
-if not DATA.is_dir():
-    DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "neusight-asplos25"
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "neusight-asplos25"
 needs_data = pytest.mark.skipif(not (DATA / "kernels/nvidia/train/conv").is_dir(),
                                 reason="shared NeuSight conv data absent (../shared/datasets)")
 
