@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from tilecast.cli import main
+from tilecast.collect.shapes import default_grid, parse_ops, read_shapes_file
 from tilecast.errors import ConfigError
-from tilecast.learned.collect_shapes import default_grid, parse_ops, read_shapes_file
 
 pytest.importorskip("torch", reason="tilecast collect needs the [collect] extra (torch)")
 
@@ -23,6 +23,8 @@ gelu,16,64
 softmax,8,64
 ln,8,64
 conv,1,3,4,3,8,1,1
+conv,1,4,4,3,8,2,1,2,1
+bn,1,4,8
 """
 
 
@@ -54,7 +56,11 @@ def test_collect_on_cpu_writes_dataset_schema(tmp_path, shapes_file):
     assert row["Device"] == "cpu" and float(row["Latency"]) > 0
     assert float(row["Latency Fastest Mean"]) <= float(row["Latency"]) * 1.0001
     assert "bmm" in row["Kernel Name"]
-    assert _rows(out, "conv")[0]["Kernel_Szie"] == "3"
+    conv = _rows(out, "conv")
+    assert conv[0]["Kernel_Szie"] == "3" and (conv[0]["Groups"], conv[0]["Channels_Last"]) == (
+        "1", "0")  # the 7-column row takes the defaults
+    assert (conv[2]["Stride"], conv[2]["Groups"], conv[2]["Channels_Last"]) == ("2", "2", "1")
+    assert _rows(out, "bn")[0]["Channels"] == "4"
     device = json.loads((out / "devices" / "cpu.json").read_text())
     assert device["vendor"] == "cpu" and device["peak_tflops_fp32"] > 0
 
@@ -64,7 +70,7 @@ def test_collect_is_resumable(tmp_path, shapes_file):
     assert _collect(out, shapes_file).exit_code == 0
     r = _collect(out, shapes_file, "--dtype", "fp32,bf16")
     assert r.exit_code == 0, r.output
-    assert "measured 7 kernels, 7 already" in r.output
+    assert "measured 9 kernels, 9 already" in r.output
     assert len(_rows(out, "add")) == 2  # fp32 kept, bf16 appended
 
 
@@ -106,6 +112,18 @@ def test_default_grid_is_deterministic_and_in_range():
     assert a == b and len(a) == 50
     assert all(16 <= d <= 8192 for s in a for d in s.dims[1:])
     assert all(s.dims[0] == 1 for s in default_grid("linear", 10))
+
+
+def test_default_conv_plan_covers_cnn_kinds():
+    """1x1 / 3x3 / 7x7, strided, grouped, depthwise, NCHW and channels-last, and batch norm."""
+    convs = default_grid("conv", 200)
+    named = [s.named for s in convs]
+    assert {d["Kernel_Szie"] for d in named} >= {1, 3, 7}
+    assert {d["Stride"] for d in named} == {1, 2} and {d["Channels_Last"] for d in named} == {0, 1}
+    assert any(d["Groups"] == 32 for d in named)
+    assert any(d["Groups"] == d["Input_Channel"] == d["Output_Channel"] > 1 for d in named)
+    assert all(d["Input_Channel"] % d["Groups"] == 0 for d in named)
+    assert len(default_grid("bn", 5)) == 5
 
 
 def test_collected_data_trains_a_predictor(tmp_path, shapes_file):

@@ -13,7 +13,7 @@ import pytest
 import tilecast.analyzer.costs  # noqa: F401  (registers the formulas)
 from tilecast.analyzer.graph import build_graph
 from tilecast.analyzer.registry import REGISTRY, CostEntry
-from tilecast.analyzer.types import FAMILIES, MatmulDims, NodeView, OpCost, RowDims
+from tilecast.analyzer.types import FAMILIES, ConvDims, MatmulDims, NodeView, OpCost, RowDims
 
 
 def node_of(inputs: str, body: str, op: str, opset: int = 18) -> NodeView:
@@ -312,3 +312,26 @@ def test_gather_reads_rows_not_the_table():
     table = cost_of("float[50000,64] t, int64[1,1] ids", "y = Gather(t, ids)", "Gather")
     # one id: 8 + one 64-float row read + written
     assert table.bytes == 8 + 2 * 64 * 4
+
+
+# X (n, c, *in) * W (k, c/g, *taps) -> ConvDims and the implicit GEMM (M = N*P*Q, N = K/g,
+# K = C/g*R*S per group); output sizes from ONNX shape inference: 16x16, 3x3, stride 2,
+# pad 1 -> 8x8. 1-D: h = p = r = 1; 3-D: depth folds into h, p and r.
+@pytest.mark.parametrize("inputs, body, dims, mm", [
+    ("float[2,8,16,16] x, float[16,8,3,3] w",
+     "y = Conv<strides=[2,2], pads=[1,1,1,1]>(x, w)",
+     ConvDims(2, 8, 16, 16, 16, 8, 8, 3, 3, stride=2, pad=1), MatmulDims(1, 128, 16, 72)),
+    ("float[1,32,14,14] x, float[32,1,3,3] w",
+     "y = Conv<group=32, pads=[1,1,1,1]>(x, w)",
+     ConvDims(1, 32, 32, 14, 14, 14, 14, 3, 3, pad=1, groups=32), MatmulDims(32, 196, 1, 9)),
+    ("float[4,64,56,56] x, float[256,64,1,1] w", "y = Conv(x, w)",
+     ConvDims(4, 64, 256, 56, 56, 56, 56, 1, 1), MatmulDims(1, 4 * 56 * 56, 256, 64)),
+    ("float[2,4,10] x, float[6,4,3] w", "y = Conv<dilations=[2]>(x, w)",
+     ConvDims(2, 4, 6, 1, 10, 1, 6, 1, 3, dilation=2), MatmulDims(1, 12, 6, 12)),
+    ("float[1,2,4,6,6] x, float[3,2,2,3,3] w", "y = Conv(x, w)",
+     ConvDims(1, 2, 3, 24, 6, 12, 4, 6, 3), MatmulDims(1, 48, 3, 36)),
+])
+def test_conv_dims_and_implicit_gemm(inputs, body, dims, mm):
+    c = cost_of(inputs, body, "Conv")
+    assert c.conv == dims and c.matmul == mm
+    assert c.conv.depthwise == (dims.groups == dims.c > 1)

@@ -338,7 +338,7 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
 @main.command()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (laid out like the shared dataset; resumable).")
-@click.option("--ops", default="matmul,linear,elementwise,softmax,layernorm,conv",
+@click.option("--ops", default="matmul,linear,elementwise,softmax,layernorm,conv,batchnorm",
               show_default=True, help="Op families or CSV op names, comma-separated.")
 @click.option("--dtype", "dtypes", default="fp32", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16, fp8.")
@@ -364,7 +364,7 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
       tilecast collect --out my-h100 --dtype bf16,fp16 --ops matmul,linear
       tilecast collect --out /tmp/cpu-test --device cpu --shapes shapes.csv --repeats 3
     """
-    from .learned.collect_cli import collect_command
+    from .collect.cli import collect_command
 
     summary = collect_command(out_dir, ops, dtypes, shapes, per_op, repeats, device_spec,
                               device_info, echo=lambda m: click.echo(m, err=True))

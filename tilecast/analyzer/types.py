@@ -108,6 +108,33 @@ class MatmulDims:
 
 
 @dataclass(frozen=True)
+class ConvDims:
+    """The geometry of a convolution as cuDNN sees it (NCHW names; 1-D convs have h = r = 1,
+    3-D convs fold depth into h, p and r). X (n, c, h, w) * W (k, c/groups, r, s) ->
+    Y (n, k, p, q); ``stride``, ``pad`` and ``dilation`` are those of the first spatial axis
+    (the larger one where they differ)."""
+
+    n: int
+    c: int
+    k: int
+    h: int
+    w: int
+    p: int
+    q: int
+    r: int
+    s: int
+    stride: int = 1
+    pad: int = 0
+    dilation: int = 1
+    groups: int = 1
+
+    @property
+    def depthwise(self) -> bool:
+        """One input channel per group (MobileNet's depthwise convs)."""
+        return self.groups > 1 and self.groups == self.c
+
+
+@dataclass(frozen=True)
 class RowDims:
     """Row-wise kernels (softmax, normalization, reductions): ``rows`` rows of ``cols``."""
 
@@ -133,6 +160,7 @@ class OpCost:
     rows: RowDims | None = None
     elements: int = 0  # output elements (tile count of elementwise kernels derives from it)
     estimated: bool = False
+    conv: ConvDims | None = None  # convolutions: the geometry (``matmul`` its implicit GEMM)
 
 
 @dataclass(frozen=True)

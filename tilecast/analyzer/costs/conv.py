@@ -8,16 +8,35 @@ it. A dilated kernel reads the same number of taps as a dense one.
 from __future__ import annotations
 
 from ..registry import CostFn, register_all
-from ..types import MatmulDims, NodeView, OpCost
-from .common import has_input, in_shape, io_bytes, out_shape, prod, require
+from ..types import ConvDims, MatmulDims, NodeView, OpCost
+from .common import Shape, has_input, in_shape, io_bytes, out_shape, prod, require
 
 MS = "com.microsoft"
 
 
-def _cost(node: NodeView, d: MatmulDims, x_index: int, bias_adds: int) -> OpCost:
+def _first(node: NodeView, key: str, default: int) -> int:
+    """The largest per-axis value of an attribute (cuDNN's algorithms key on the worst axis)."""
+    values = node.attr(key) or ()
+    return int(max(values)) if len(values) else default
+
+
+def conv_dims(node: NodeView, x: Shape, w: Shape, y: Shape, groups: int) -> ConvDims:
+    """X (n, c, *in), W (k, c/g, *kernel), Y (n, k, *out) -> ConvDims. 1-D: h = p = r = 1;
+    3-D: the leading spatial axes fold into h, p and r (the last one stays w, q, s)."""
+    spatial_in, spatial_out, taps = (x[2:] or (1,)), (y[2:] or (1,)), (w[2:] or (1,))
+    pads = node.attr("pads") or ()
+    return ConvDims(n=x[0], c=x[1], k=w[0], h=prod(spatial_in[:-1]), w=spatial_in[-1],
+                    p=prod(spatial_out[:-1]), q=spatial_out[-1], r=prod(taps[:-1]), s=taps[-1],
+                    stride=_first(node, "strides", 1),
+                    pad=int(max(pads)) if len(pads) else 0,
+                    dilation=_first(node, "dilations", 1), groups=groups)
+
+
+def _cost(node: NodeView, d: MatmulDims, x_index: int, bias_adds: int,
+          geometry: ConvDims | None = None) -> OpCost:
     return OpCost("conv", 2 * d.b * d.m * d.n * d.k + bias_adds, io_bytes(node),
                   node.inputs[x_index].dtype, unit="matrix", matmul=d,
-                  elements=prod(out_shape(node)))
+                  elements=prod(out_shape(node)), conv=geometry)
 
 
 def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
@@ -29,9 +48,10 @@ def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
         g = node.attr("group", 1)
         require(node, x[1] == w[1] * g and w[0] % g == 0,
                 f"channels do not match group={g}: X {list(x)}, W {list(w)}")
+        # Implicit GEMM per group: M = N*P*Q rows, N = K/g output channels, K = C/g*R*S.
         d = MatmulDims(g, x[0] * prod(y[2:]), w[0] // g, w[1] * prod(w[2:]))
         has_bias = bias_index is not None and has_input(node, bias_index)
-        return _cost(node, d, x_index, prod(y) if has_bias else 0)
+        return _cost(node, d, x_index, prod(y) if has_bias else 0, conv_dims(node, x, w, y, g))
 
     return fn
 

@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .collect import Timing, summarize, time_callable
-from .collect_shapes import Shape
+from .shapes import Shape
+from .timing import Timing, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
                 "bf16": torch.bfloat16}
@@ -61,10 +61,11 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         x, w = _rand((d["M"], d["K"]), dt, device), _rand((d["N"], d["K"]), dt, device)
         return lambda: F.linear(x, w)
     if shape.op == "conv":
-        x = _rand((d["B"], d["Input_Channel"], d["Input_Size"], d["Input_Size"]), dt, device)
-        w = _rand((d["Output_Channel"], d["Input_Channel"], d["Kernel_Szie"], d["Kernel_Szie"]),
-                  dt, device)
-        return lambda: F.conv2d(x, w, stride=d["Stride"], padding=d["Padding"])
+        return _conv(d, dt, device)
+    if shape.op == "bn":
+        x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
+        stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
+        return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
     x = _rand((d["B"], d["H"]), dt, device)
     if shape.op == "softmax":
         return lambda: torch.softmax(x, dim=-1)
@@ -76,6 +77,19 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
     return lambda: fn(x, y)
 
 
+def _conv(d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
+    g = d["Groups"]
+    if d["Input_Channel"] % g or d["Output_Channel"] % g:
+        raise ConfigError(f"conv channels {d['Input_Channel']} -> {d['Output_Channel']} are "
+                          f"not divisible by Groups={g}")
+    fmt = torch.channels_last if d["Channels_Last"] else torch.contiguous_format
+    x = _rand((d["B"], d["Input_Channel"], d["Input_Size"], d["Input_Size"]), dt, device)
+    w = _rand((d["Output_Channel"], d["Input_Channel"] // g, d["Kernel_Szie"],
+               d["Kernel_Szie"]), dt, device)
+    x, w = x.to(memory_format=fmt), w.to(memory_format=fmt)
+    return lambda: F.conv2d(x, w, stride=d["Stride"], padding=d["Padding"], groups=g)
+
+
 def input_bytes(shape: Shape, dtype: str) -> int:
     size = 1 if dtype == "fp8" else 2 if dtype in ("fp16", "bf16") else 4
     d = shape.named
@@ -84,7 +98,10 @@ def input_bytes(shape: Shape, dtype: str) -> int:
     if shape.op == "conv":
         img = d["B"] * d["Input_Size"] ** 2
         return size * (img * (d["Input_Channel"] + d["Output_Channel"])
-                       + d["Output_Channel"] * d["Input_Channel"] * d["Kernel_Szie"] ** 2)
+                       + d["Output_Channel"] * d["Input_Channel"] // d["Groups"]
+                       * d["Kernel_Szie"] ** 2)
+    if shape.op == "bn":
+        return size * 2 * d["B"] * d["Channels"] * d["Input_Size"] ** 2
     return size * 3 * d["B"] * d["H"]
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import ConfigError
-from .collect_shapes import default_grid, parse_dtypes, parse_ops, read_shapes_file, zoo_shapes
+from .shapes import default_grid, parse_dtypes, parse_ops, read_shapes_file, zoo_shapes
 
 ZOO_DIR = Path(__file__).resolve().parents[1] / "exporters" / "zoo"
 
@@ -49,7 +49,7 @@ def _device_info(path: Path | None) -> dict | None:
 def collect_command(out: Path, ops: str, dtypes: str, shapes: str, per_op: int, repeats: int,
                     device_spec: str, device_info: Path | None,
                     echo: Callable[[str], None]) -> str:
-    from .collect import run_collection
+    from .runner import run_collection
 
     op_names, dts = parse_ops(ops), parse_dtypes(dtypes)
     shape_list = _shapes(shapes, op_names, per_op)

@@ -3,7 +3,9 @@
 Op names and dims follow the shared dataset's CSVs (``kernels/nvidia/train/<op>/<GPU>.csv``):
 bmm/linear ``B, M, N, K`` (linear: B=1, an (M x K) x (K x N) product); elementwise, softmax and
 layer norm ``B, H`` (B rows of H elements); conv ``B, Input_Channel, Output_Channel,
-Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's spelling).
+Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's spelling) plus ``Groups`` and
+``Channels_Last`` (0: NCHW, 1: NHWC tensors), which a shapes file may leave out (1 and 0);
+batch norm ``bn`` (inference, NCHW) ``B, Channels, Input_Size``.
 """
 
 from __future__ import annotations
@@ -20,16 +22,19 @@ from ..errors import ConfigError
 MATMUL_DIMS = ("B", "M", "N", "K")
 ROW_DIMS = ("B", "H")
 CONV_DIMS = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
-             "Padding")
+             "Padding", "Groups", "Channels_Last")
+BN_DIMS = ("B", "Channels", "Input_Size")
+# Trailing dims a shapes file may omit, with their defaults (older 7-column conv files).
+OPTIONAL_DIMS: dict[str, tuple[int, ...]] = {"conv": (1, 0)}
 ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu",
                "tanh")
 OP_DIMS: dict[str, tuple[str, ...]] = {
     "bmm": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS, "ln": ROW_DIMS,
-    "conv": CONV_DIMS, **{op: ROW_DIMS for op in ELEMENTWISE},
+    "conv": CONV_DIMS, "bn": BN_DIMS, **{op: ROW_DIMS for op in ELEMENTWISE},
 }
 FAMILIES: dict[str, tuple[str, ...]] = {
     "matmul": ("bmm",), "linear": ("linear",), "elementwise": ELEMENTWISE,
-    "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",),
+    "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",), "batchnorm": ("bn",),
 }
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 SEED = 20250322  # fixed: the default grid must be the same on every machine
@@ -84,6 +89,9 @@ def read_shapes_file(path: Path, ops: tuple[str, ...]) -> list[Shape]:
             except ValueError:
                 raise ConfigError(f"{path}:{lineno}: dims must be integers, got "
                                   f"{','.join(row[1:])!r}") from None
+            optional = OPTIONAL_DIMS.get(op, ())
+            if len(want) - len(optional) <= len(dims) < len(want):
+                dims += optional[len(dims) - len(want):]
             if len(dims) != len(want) or any(d <= 0 for d in dims[: len(want) - 2 or None]):
                 raise ConfigError(f"{path}:{lineno}: {op} needs {len(want)} positive dims "
                                   f"({', '.join(want)}), got {len(dims)}")
@@ -105,18 +113,37 @@ def default_grid(op: str, per_op: int = 200) -> list[Shape]:
         mnk = [_log_uniform(rng, 16, 8192, per_op, 16) for _ in range(3)]
         return [Shape(op, (b[i], mnk[0][i], mnk[1][i], mnk[2][i])) for i in range(per_op)]
     if op == "conv":
-        out = []
-        for _ in range(per_op):
-            k = int(rng.choice([1, 3, 5, 7]))
-            out.append(Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32])),
-                                  int(rng.choice([3, 16, 32, 64, 128, 256, 512])),
-                                  int(rng.choice([16, 32, 64, 128, 256, 512])), k,
-                                  int(rng.choice([7, 14, 28, 56, 112, 224])),
-                                  int(rng.choice([1, 2])), k // 2)))
-        return out
+        return _conv_grid(rng, per_op)
+    if op == "bn":
+        return [Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
+                           int(rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048])),
+                           int(rng.choice([7, 14, 28, 56, 112]))))
+                for _ in range(per_op)]
     rows = _log_uniform(rng, 1, 65536, per_op)
     cols = _log_uniform(rng, 32, 16384, per_op, 32)
     return [Shape(op, (rows[i], cols[i])) for i in range(per_op)]
+
+
+# Conv kinds of CNNs: dense (1x1, 3x3, 7x7 stem; stride 1 or 2), grouped (ResNeXt: 32
+# groups) and depthwise (MobileNet: groups = channels), each in NCHW and channels-last.
+CONV_KINDS = ("dense", "dense", "grouped", "depthwise")
+
+
+def _conv_grid(rng: np.random.Generator, per_op: int) -> list[Shape]:
+    out = []
+    for _ in range(per_op):
+        kind = str(rng.choice(CONV_KINDS))
+        k = int(rng.choice([1, 3, 3, 7] if kind == "dense" else [3, 5]))
+        c = int(rng.choice([3, 16, 32, 64, 128, 256, 512] if kind == "dense"
+                           else [32, 64, 128, 256, 512]))
+        cout = {"dense": int(rng.choice([16, 32, 64, 128, 256, 512])), "grouped": c,
+                "depthwise": c}[kind]
+        groups = {"dense": 1, "grouped": 32, "depthwise": c}[kind]
+        out.append(Shape("conv", (int(rng.choice([1, 2, 4, 8, 16, 32])), c, cout, k,
+                                  int(rng.choice([7, 14, 28, 56, 112, 224])),
+                                  int(rng.choice([1, 2])), k // 2, groups,
+                                  int(rng.choice([0, 1])))))
+    return out
 
 
 def _config_sizes(cfg: dict) -> tuple[int, int, int] | None:

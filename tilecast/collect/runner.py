@@ -1,4 +1,4 @@
-"""``tilecast collect``: time kernels on the user's own device, in the shared dataset's CSV schema.
+"""The `tilecast collect` run: time kernels on the user's device in the shared CSV schema.
 
 Output layout (readable by ``tilecast train --data DIR``, like the shared dataset)::
 
@@ -18,89 +18,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import ConfigError, TilecastError
-from .collect_shapes import OP_DIMS, Shape
+from .shapes import OP_DIMS, Shape
+from .timing import Timing, device_label, resolve_device, time_callable, torch_module
 
 BASE_COLUMNS = ("OPName", "Latency", "Device", "Torch Version", "CUDNN Version", "Kernel Name",
                 "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z", "Block x",
                 "Block y", "Block z", "CUDA Version", "Kernels")
 EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats")
-FASTEST_FRACTION = 0.2  # "mean of the fastest runs": the fastest fifth, robust to stragglers
-
-
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    fastest_mean_ms: float
-    kernels: tuple[str, ...]  # every kernel launched, in order
-    main_kernel: str  # the longest-running one
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
 
 
 def columns(op: str) -> tuple[str, ...]:
     return (*BASE_COLUMNS, *OP_DIMS[op], *EXTRA_COLUMNS)
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError:
-        raise TilecastError('tilecast collect needs torch: pip install "tilecast[collect]"'
-                            ) from None
-    return torch
-
-
-def resolve_device(spec: str):
-    torch = _torch()
-    if spec.startswith("cuda") and not torch.cuda.is_available():
-        raise TilecastError(f"no CUDA device is present for --device {spec}; use "
-                            "--device cpu to test the collection on the CPU")
-    try:
-        return torch.device(spec)
-    except RuntimeError as exc:
-        raise ConfigError(f"bad --device {spec!r}: {exc}") from None
-
-
-def device_label(device) -> str:
-    torch = _torch()
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-
-
-def summarize(times_ms: list[float]) -> tuple[float, float]:
-    fast = sorted(times_ms)[: max(1, int(len(times_ms) * FASTEST_FRACTION))]
-    return statistics.median(times_ms), sum(fast) / len(fast)
-
-
-def time_callable(fn: Callable[[], object], device, repeats: int, warmup: int = 3,
-                  warmup_s: float = 0.02) -> list[float]:
-    """Per-call latencies in ms: CUDA events on a GPU, perf_counter on the CPU. Warm-up runs
-    at least ``warmup`` calls and ``warmup_s`` seconds (clocks, caches, lazy library init)."""
-    import time
-
-    torch = _torch()
-    start_t, calls = time.perf_counter(), 0
-    while calls < warmup or (time.perf_counter() - start_t < warmup_s and calls < 1000):
-        fn()
-        calls += 1
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    out = []
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        for _ in range(repeats):
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
-        return out
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1e3)
-    return out
 
 
 def existing_keys(path: Path) -> set[tuple[str, ...]]:
@@ -174,7 +102,7 @@ class CollectResult:
 
 def _measured_peaks(device) -> tuple[float, float]:
     """(fp32 matmul TFLOP/s, copy GB/s) measured on the device: for devices not in the DB."""
-    torch = _torch()
+    torch = torch_module()
     n = 2048 if device.type == "cuda" else 512
     a = torch.rand((n, n), device=device)
     ms = statistics.median(time_callable(lambda: a @ a, device, 5))
@@ -194,7 +122,7 @@ def describe_device(device, name: str, user: dict | None = None) -> dict:
         return {**device_dict(load_device(name)), **(user or {})}
     except DeviceError:
         pass
-    torch = _torch()
+    torch = torch_module()
     tflops, gbps = _measured_peaks(device)
     measured = "measured by tilecast collect on this device"
     if device.type == "cuda":
@@ -234,7 +162,7 @@ def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, d
     """Measure every pending (shape, dtype) and append it to the CSVs under ``out``."""
     import json
 
-    from . import collect_ops
+    from . import ops as collect_ops
 
     device = resolve_device(device_spec)
     name = device_label(device)

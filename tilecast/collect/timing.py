@@ -1,0 +1,83 @@
+"""Timing primitives of ``tilecast collect``: the device, one callable timed with CUDA events
+(perf_counter on the CPU), and the summary statistics. torch is imported lazily."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..errors import ConfigError, TilecastError
+
+FASTEST_FRACTION = 0.2  # "mean of the fastest runs": the fastest fifth, robust to stragglers
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    fastest_mean_ms: float
+    kernels: tuple[str, ...]  # every kernel launched, in order
+    main_kernel: str  # the longest-running one
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+
+
+def torch_module():
+    try:
+        import torch
+    except ImportError:
+        raise TilecastError('tilecast collect needs torch: pip install "tilecast[collect]"'
+                            ) from None
+    return torch
+
+
+def resolve_device(spec: str):
+    torch = torch_module()
+    if spec.startswith("cuda") and not torch.cuda.is_available():
+        raise TilecastError(f"no CUDA device is present for --device {spec}; use "
+                            "--device cpu to test the collection on the CPU")
+    try:
+        return torch.device(spec)
+    except RuntimeError as exc:
+        raise ConfigError(f"bad --device {spec!r}: {exc}") from None
+
+
+def device_label(device) -> str:
+    torch = torch_module()
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def summarize(times_ms: list[float]) -> tuple[float, float]:
+    fast = sorted(times_ms)[: max(1, int(len(times_ms) * FASTEST_FRACTION))]
+    return statistics.median(times_ms), sum(fast) / len(fast)
+
+
+def time_callable(fn: Callable[[], object], device, repeats: int, warmup: int = 3,
+                  warmup_s: float = 0.02) -> list[float]:
+    """Per-call latencies in ms: CUDA events on a GPU, perf_counter on the CPU. Warm-up runs
+    at least ``warmup`` calls and ``warmup_s`` seconds (clocks, caches, lazy library init)."""
+    import time
+
+    torch = torch_module()
+    start_t, calls = time.perf_counter(), 0
+    while calls < warmup or (time.perf_counter() - start_t < warmup_s and calls < 1000):
+        fn()
+        calls += 1
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    out = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            out.append(start.elapsed_time(end))
+        return out
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1e3)
+    return out
