@@ -12,7 +12,7 @@ import pytest
 
 ARTIFACT = (Path(__file__).resolve().parents[1] / "tilecast" / "learned" / "artifacts"
             / "tilecast_predictor.onnx")
-FAMILIES = ("matmul", "elementwise", "softmax", "layernorm")
+FAMILIES = ("matmul", "elementwise", "softmax", "layernorm", "conv")
 
 
 def _bare_session():

@@ -13,7 +13,14 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from tilecast.analyzer.predictor import roofline_times_ms  # noqa: E402
-from tilecast.analyzer.types import DTYPE_SIZE, Kernel, MatmulDims, OpCost, RowDims  # noqa: E402
+from tilecast.analyzer.types import (  # noqa: E402
+    DTYPE_SIZE,
+    ConvDims,
+    Kernel,
+    MatmulDims,
+    OpCost,
+    RowDims,
+)
 from tilecast.device_db import list_devices  # noqa: E402
 
 DEVICES = list_devices()
@@ -34,8 +41,17 @@ def _predictor():
 
 def kernel(family: str, dtype: str, a: int, b: int, c: int, d: int) -> Kernel:
     """A kernel as the analyzer costs it: matmul (batch a, m b, n c, k d), row kernels
-    (rows a * b, cols c), elementwise and reductions (a * b * c elements)."""
+    (rows a * b, cols c), elementwise and reductions (a * b * c elements), a 3x3 "same" conv
+    (batch a, channels b / 8 in and c / 8 out, d / 16 pixels square)."""
     size = DTYPE_SIZE[dtype]
+    if family == "conv":
+        n, c, k, hw = a, -(-b // 8), -(-c // 8), -(-d // 16)
+        mm = MatmulDims(1, n * hw * hw, k, c * 9)
+        cost = OpCost("conv", 2 * mm.m * mm.n * mm.k,
+                      int(size * (n * c * hw * hw + k * c * 9 + n * k * hw * hw)), dtype,
+                      "matrix", matmul=mm, elements=n * k * hw * hw,
+                      conv=ConvDims(n, c, k, hw, hw, hw, hw, 3, 3, pad=1))
+        return Kernel("k", ("k",), "Conv", cost)
     if family in ("bmm", "linear"):
         bb = a if family == "bmm" else 1
         mm = MatmulDims(bb, b, c, d)
@@ -96,7 +112,8 @@ def test_every_kernel_inside_its_envelope(family, dtype, base) -> None:
         compute_ms, memory_ms = roofline_times_ms(k, dev)
         # Bytes of a working set that fits twice in the L2 may come from it, faster than DRAM.
         in_l2 = k.bytes <= 2 * dev.l2_cache_mb * 2**20
-        floor_ms = max(compute_ms, 0.0 if in_l2 else memory_ms)
+        # Winograd and FFT convs do fewer FLOPs than the direct count the roofline uses.
+        floor_ms = max(0.0 if family == "conv" else compute_ms, 0.0 if in_l2 else memory_ms)
         assert p.gpu_ms >= floor_ms * 0.99, (dev.name, k, p)
         # Ceiling: 21 launches + waves' setup + work at a 0.1 % utilization, a loose bound
         # that still catches any runaway (the old predictor forecast a 16 kB And at 151 ms).
@@ -114,3 +131,28 @@ def test_tiny_kernels_do_not_rank_gpus_backwards(family: str) -> None:
     for a, b in itertools.permutations(DEVICES, 2):
         if a.vendor == b.vendor and GENERATION[b.arch] >= GENERATION[a.arch]:
             assert lat[b.name] <= 1.5 * lat[a.name], (family, a.name, b.name, lat)
+
+
+# Convs get their own examples (adding them to FAMILIES would reshuffle the others').
+CONV_DTYPES = ("float32", "float16")
+
+
+@SETTINGS
+@given(dtype=st.sampled_from(CONV_DTYPES), base=dims, factor=st.integers(2, 8))
+def test_conv_larger_batch_never_takes_less_time(dtype, base, factor) -> None:
+    """Strict in the batch N: neither the conv features nor the algorithm pick depend on it.
+    (More channels or pixels may switch cuDNN's algorithm, a step this does not bound.)"""
+    grown = (base[0] * factor, *base[1:])
+    small, big = kernel("conv", dtype, *base), kernel("conv", dtype, *grown)
+    pred = _predictor()
+    for dev in DEVICES:
+        a, b = pred.predict([small, big], dev)
+        assert a.tile == b.tile, (dev.name, small, big, a, b)
+        assert b.latency_ms >= a.latency_ms * (1 - 1e-5), (dev.name, small, big, a, b)
+        assert b.gpu_ms >= a.gpu_ms * (1 - 1e-5), (dev.name, small, big, a, b)
+
+
+@SETTINGS
+@given(dtype=st.sampled_from(CONV_DTYPES), base=dims)
+def test_conv_inside_its_envelope(dtype, base) -> None:
+    test_every_kernel_inside_its_envelope.hypothesis.inner_test("conv", dtype, base)

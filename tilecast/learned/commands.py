@@ -44,6 +44,7 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
                          echo: Echo, cv: str = "none") -> str:
     """The MAPE table (or JSON) of tilecast, roofline and the direct regressor; with
     ``cv="logo"`` the leave-one-GPU-out folds instead."""
+    from .conv_eval import conv_eval_rows
     from .evaluate import PREDICTORS, evaluate_kernels, format_table, tile_accuracy
 
     if cv == "logo":
@@ -56,6 +57,7 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
         echo("scikit-learn is missing: the 'direct' baseline is skipped")
         names = tuple(p for p in PREDICTORS if p != "direct")
     rows = evaluate_kernels(data_dirs, predictor, predictors=names)
+    rows += conv_eval_rows(data_dirs, predictor)  # held-out conv shapes, serving path
     tiles = tile_accuracy(data_dirs, predictor)
     if fmt == "json":
         return json.dumps({"rows": [r.to_json() for r in rows],
@@ -70,14 +72,22 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
 
 def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
     try:
+        from .conv_train import logo_conv
         from .cv import logo, summary
     except ImportError as exc:
         raise ConfigError(f"--cv logo trains models and needs torch ({exc.name} is missing): "
                           "pip install 'tilecast[train]'") from exc
+    from .conv_data import load_conv
+    from .conv_eval import format_folds
     from .evaluate import format_table
 
     rows = logo(data_dirs, progress=echo)
+    samples = load_conv(data_dirs)  # conv: its own GPUs, on held-out shapes (conv_train.py)
+    folds = logo_conv(samples, progress=echo) if samples is not None else []
     if fmt == "json":
-        return json.dumps({"folds": [r.to_json() for r in rows]}, indent=1) + "\n"
+        return json.dumps({"folds": [r.to_json() for r in rows],
+                           "conv_folds": [f.to_json() for f in folds]}, indent=1) + "\n"
     mean = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows).items())
-    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast): {mean}\n")
+    conv = "\n\n" + format_folds(folds) if folds else ""
+    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast): {mean}"
+            + conv + "\n")

@@ -42,7 +42,9 @@ def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOG
     for gpu in gpus:
         if progress:
             progress(f"fold: {gpu} held out")
-        fold = replace(config, devices=tuple(d for d in config.devices if d != gpu))
+        # Conv has its own folds on held-out shapes (conv_train.logo_conv).
+        fold = replace(config, devices=tuple(d for d in config.devices if d != gpu),
+                       families=tuple(f for f in config.families if f != "conv"))
         with tempfile.TemporaryDirectory() as tmp:
             train_all(data_dirs, tmp, fold, progress=None, lookup=lookup)
             test = held_out_rows(data_dirs, gpu)

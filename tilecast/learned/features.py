@@ -23,11 +23,12 @@ their units; ``FEATURES[family]`` is the order of the model's input columns.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..device_db.device import Device
+from . import conv as cv
 from . import tiles as tl
 
 # Occupancy limits per generation (CUDA occupancy tables: resident threads and blocks per SM;
@@ -55,8 +56,10 @@ _ROW = ("log2_cols", "log2_threads", "rows_per_block", "lane_efficiency", "l1_ro
 # What the fixed-cost and per-wave setup heads may not see: the matmul tile and layout (a
 # tile switch must not change them), and for the fixed cost the device too (tiny kernels cost
 # the same launch and block latency on every GPU).
+# The conv algorithm is the same kind of switch (its launches still count, via launch_ms).
 SETUP_EXCLUDED = frozenset({"log2_tile_m", "log2_tile_n", "tile_intensity", "log2_split",
-                            "layout_tn"})
+                            "layout_tn", "log2_work_reduction",
+                            *(f"algo_{a}" for a in cv.ALGORITHMS)})
 FIXED_EXCLUDED = SETUP_EXCLUDED | {"log2_sms", "log2_l2_mb", "amd", "log2_watts_per_tflop",
                                    "base_clock_ratio"}
 FEATURES: dict[str, tuple[str, ...]] = {
@@ -65,6 +68,9 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "elementwise": _DEVICE + ("operands_per_element", "log2_flops_per_element"),
     "softmax": _DEVICE + _ROW,
     "layernorm": _DEVICE + _ROW,
+    # Dense convolutions (``conv.py``: cuDNN's algorithm and its work).
+    "conv": _DEVICE + tuple(f"algo_{a}" for a in cv.ALGORITHMS) + (
+        "log2_work_reduction", "log2_taps", "log2_stride", "channel_efficiency"),
 }
 UNITS: dict[str, str] = {
     "log2_sms": "log2 of the SM (CU) count", "log2_l2_mb": "log2 of the L2 size in MiB",
@@ -86,6 +92,10 @@ UNITS: dict[str, str] = {
     "rows_per_block": "rows one block handles / 8 (warp-per-row kernels handle several)",
     "lane_efficiency": "row elements / elements the block's vector loop covers (1)",
     "l1_rows": "min(1, L1 bytes per SM / bytes of one row) (1)",
+    **{f"algo_{a}": f"1 when cuDNN runs {a} (conv.py), else 0" for a in cv.ALGORITHMS},
+    "log2_work_reduction": "log2(algorithm FLOPs / direct 2 K P Q C R S FLOPs), per image",
+    "log2_taps": "log2(R * S), filter taps", "log2_stride": "log2 of the stride",
+    "channel_efficiency": "C K / (C K padded to the tensor-core multiple) (1)",
 }
 
 
@@ -338,10 +348,46 @@ def layernorm_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
                          np.ones_like(blocks))
 
 
+def conv_features(cc: cv.ConvColumns, dc: DeviceColumns) -> Features:
+    """Dense convolutions run with ``cc.algo``: the algorithm's FLOPs in whole waves of its
+    padded tiles (one tile per SM, as SGEMM), its DRAM bytes (X, W, Y and the transforms), and
+    one launch per kernel the algorithm runs. ``x`` does not depend on the batch N."""
+    algo = cc.algo if cc.algo is not None else np.full(len(cc), ALGO_DEFAULT, dtype=object)
+    matrix = dc.tensor_core > 0
+    work = cv.algorithm_work(cc, algo, matrix)
+    image = cv.algorithm_work(replace(cc, n=np.ones(len(cc))), algo, matrix)
+    direct = 2.0 * cc.k * cc.p * cc.q * cc.c * cc.r * cc.s
+    # FLOPs of one padded tile (independent of N); FFT: complex multiply-adds over channels.
+    tile_m, tile_n = cv.IMPLICIT_TILE
+    per_tile = np.where(algo == "fft", 8.0 * tile_m * tile_n * work.reduction,
+                        work.flops / (work.tiles * np.maximum(work.tile_efficiency, 1e-9)))
+    waves = np.maximum(np.ceil(work.tiles / dc.sm_count), 1.0)
+    compute_s = waves * per_tile / (dc.peak_flops / dc.sm_count)
+    mult = np.array([cv.TC_CHANNEL_MULTIPLE.get(d, 1) for d in cc.dtype], dtype=np.float64)
+    mult = np.where(matrix, mult, 1.0)
+    padded = np.ceil(cc.c / mult) * np.ceil(cc.k / mult) * mult**2
+    zeros = np.zeros(len(cc))
+    kc = KernelColumns(work.flops, work.bytes, cc.itemsize, cc.n * cc.k * cc.p * cc.q,
+                       *(zeros for _ in range(8)))
+    x = _device_x(kc, dc) | {f"algo_{a}": (algo == a).astype(np.float64)
+                             for a in cv.ALGORITHMS} | {
+        "log2_work_reduction": np.log2(image.flops / np.maximum(direct, 1.0)),
+        "log2_taps": np.log2(cc.r * cc.s), "log2_stride": np.log2(cc.stride),
+        "channel_efficiency": cc.c * cc.k / padded}
+    block_bytes = cc.itemsize * ((tile_m + tile_n) * work.reduction + tile_m * tile_n)
+    f = _finish("conv", x, kc, dc, compute_s, work.bytes, work.tiles, np.ones_like(waves),
+                block_bytes)
+    launches = np.array([cv.LAUNCHES.get(a, 1) for a in algo], dtype=np.float64)
+    return replace(f, launch_ms=f.launch_ms * launches)
+
+
+ALGO_DEFAULT = "implicit_precomp_gemm"  # what cuDNN offers for every conv
 BUILDERS = {"matmul": matmul_features, "elementwise": elementwise_features,
-            "softmax": softmax_features, "layernorm": layernorm_features}
+            "softmax": softmax_features, "layernorm": layernorm_features,
+            "conv": conv_features}
 
 
-def build_features(family: str, kc: KernelColumns, dc: DeviceColumns) -> Features:
+def build_features(family: str, kc: KernelColumns | cv.ConvColumns,
+                   dc: DeviceColumns) -> Features:
     """Features of one family's kernels (the model's input columns, in ``FEATURES`` order)."""
     return BUILDERS[family](kc, dc)

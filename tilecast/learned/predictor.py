@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -18,12 +19,16 @@ from ..analyzer.predictor import Prediction
 from ..analyzer.types import Kernel
 from ..device_db.device import Device
 from ..errors import PredictorError
+from . import conv as cv
 from . import features as ft
 from . import tiles as tl
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
-from .routing import Parts, Routed, route
+from .routing import ConvParts, Parts, Routed, route
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
+# Families an artifact may lack: without a conv model, convs take the matmul model's
+# implicit-GEMM view (flagged as a fallback; ``routing.py``).
+OPTIONAL_FAMILIES = ("conv",)
 # A kernel counts as clamped when a utilization is within this factor of the envelope floor.
 CLAMP_MARGIN = 1.05
 # A feature within this fraction of its training span outside the range is not extrapolation.
@@ -55,6 +60,8 @@ def _metadata(session, path: Path) -> dict[str, str]:
     except (KeyError, ValueError) as exc:
         raise PredictorError(f"{path}: metadata lacks a valid {exc}") from exc
     for family, expected in ft.FEATURES.items():
+        if family in OPTIONAL_FAMILIES and family not in names:
+            continue
         if tuple(names.get(family, ())) != expected:
             raise PredictorError(f"{path}: its {family!r} features {names.get(family)} differ "
                                  f"from this tilecast's; regenerate it ({tl.REGENERATE})")
@@ -81,9 +88,10 @@ class OnnxPredictor:
                                  in json.loads(meta["host_dispatch_ms"]).items()}
         self.ranges = {fam: (np.asarray(lo), np.asarray(hi)) for fam, (lo, hi)
                        in json.loads(meta["feature_ranges"]).items()}
+        self.conv_tree = _conv_tree(meta, self.path) if "conv" in self.ranges else None
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
-        routed = route(kernels)
+        routed = route(kernels, conv_model=self.conv_tree is not None)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
         return self._collect(kernels, routed, feats, self._run(feats), device)
 
@@ -137,9 +145,14 @@ class OnnxPredictor:
         nvidia, amd = self.host_dispatch_ms[family]
         return np.full(len(f.x), amd if device.vendor == "amd" else nvidia)
 
-    def _features(self, family: str, p: Parts, device: Device) -> tuple[ft.Features, np.ndarray]:
+    def _features(self, family: str, p: Parts | ConvParts,
+                  device: Device) -> tuple[ft.Features, np.ndarray]:
         n = len(p.kernel)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, p.unit)
+        if isinstance(p, ConvParts):
+            algo = cv.select_algorithms(self.conv_tree, p.columns, dc.sm_count, dc.arch)
+            cols = replace(p.columns, algo=algo)
+            return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo)
         tm, tn, split = np.zeros(n), np.zeros(n), np.ones(n)
         tile = np.empty(0, dtype=object)
         if family == "matmul" and n:
@@ -165,6 +178,15 @@ class OnnxPredictor:
             p = routed.parts[fam]
             np.logical_or.at(out, p.kernel, outside & ~p.bytewise)
         return out
+
+
+def _conv_tree(meta: dict[str, str], path: Path) -> tl.TileTree:
+    """The conv algorithm tree (the serving rule for cuDNN's pick) from the metadata."""
+    try:
+        return tl.TileTree.from_json(json.loads(meta["conv_algorithm_tree"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise PredictorError(f"{path}: conv metadata lacks a valid {exc}; regenerate it "
+                             f"({tl.REGENERATE})") from exc
 
 
 def bounds(compute_ms: np.ndarray, memory_ms: np.ndarray, fixed_ms: np.ndarray) -> np.ndarray:

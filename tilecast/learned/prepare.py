@@ -17,7 +17,8 @@ from . import tiles as tl
 from .dataset import KernelSamples
 
 DeviceLookup = Callable[[str], Device]
-TRAINED_FAMILIES = ("matmul", "elementwise", "softmax", "layernorm")
+# "conv" trains from its own CSVs (conv_train.py), on every GPU that has them.
+TRAINED_FAMILIES = ("matmul", "elementwise", "softmax", "layernorm", "conv")
 # GPUs of the training split (the paper's): only these rows train, whatever the folders hold.
 TRAIN_DEVICES = ("Tesla P4", "Tesla P100-PCIE-16GB", "Tesla T4", "Tesla V100-PCIE-32GB",
                  "NVIDIA A100-PCIE-40GB", "AMD Instinct MI100", "AMD Instinct MI210")

@@ -3,8 +3,12 @@ each kernel once, then numpy.
 
 A kernel becomes one part, or several whose latencies add up (attention). The rules, and why:
 
-- matmul / conv with ``cost.matmul``: the matmul model. Conv uses its implicit-GEMM view
-  (cuDNN's fp32 convolutions run GEMM-like tiles), flagged as a fallback.
+- matmul with ``cost.matmul``: the matmul model.
+- dense conv with ``cost.conv`` (groups = 1): the conv model (``conv.py``: cuDNN's algorithm
+  and its work). Where the predictor has no conv model, and for convs without geometry
+  (backward dX / dW), the matmul model on the implicit-GEMM view, flagged as a fallback.
+- grouped and depthwise conv (groups > 1): few multiply-adds per byte (a depthwise 3x3 does 9
+  per output element), so the memory-bound rule below, flagged as a fallback.
 - elementwise: the elementwise model on ``elements``, ``bytes`` and ``flops``.
 - softmax / normalization with ``cost.rows``: the softmax / layernorm model.
 - attention with ``cost.matmul`` (b = batch*heads, m = seq_q, n = seq_kv, k = head_dim): what
@@ -23,6 +27,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..analyzer.types import DTYPE_SIZE, Kernel
+from .conv import TC_CHANNEL_MULTIPLE, ConvColumns
 from .dataset import SOFTMAX_FLOPS_PER_ELEMENT
 
 _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
@@ -58,8 +63,21 @@ class Parts:
 
 
 @dataclass(frozen=True)
+class ConvParts:
+    """Dense convolutions for the conv model; ``kernel`` indexes the input kernels."""
+
+    kernel: np.ndarray
+    columns: ConvColumns
+    dtype: np.ndarray  # str
+    unit: np.ndarray  # str: "matrix" for tensor-core dtypes, else "vector"
+    primary: np.ndarray  # bool
+    fallback: np.ndarray  # bool
+    bytewise: np.ndarray  # bool
+
+
+@dataclass(frozen=True)
 class Routed:
-    parts: dict[str, Parts]
+    parts: dict[str, Parts | ConvParts]
     dtype: np.ndarray  # per kernel
     estimated: np.ndarray  # per kernel: cost.estimated
 
@@ -124,8 +142,34 @@ def _concat(parts: list[Parts]) -> Parts:
                    for f in Parts.__dataclass_fields__))
 
 
-def route(kernels: Sequence[Kernel]) -> Routed:
-    """Parts per trained family for ``kernels``."""
+_CONV_FIELDS = ("n", "c", "k", "h", "w", "p", "q", "r", "s", "stride")
+
+
+def _conv_geometry(kernels: Sequence[Kernel], kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(dense conv with geometry, grouped conv) masks; dims read only for conv kernels."""
+    dense, grouped = np.zeros(len(kind), dtype=bool), np.zeros(len(kind), dtype=bool)
+    for i in np.nonzero(kind == _KIND["conv"])[0]:
+        geo = kernels[i].cost.conv
+        if geo is not None:
+            grouped[i] = geo.groups > 1
+            dense[i] = not grouped[i]
+    return dense, grouped
+
+
+def _conv_parts(kernels: Sequence[Kernel], idx: np.ndarray, dtype: np.ndarray,
+                itemsize: np.ndarray) -> ConvParts:
+    geo = [kernels[i].cost.conv for i in idx]
+    n = len(idx)
+    dims = {f: np.array([getattr(g, f) for g in geo], dtype=np.float64).reshape(n)
+            for f in _CONV_FIELDS}
+    cols = ConvColumns(**dims, itemsize=itemsize, dtype=dtype, nhwc=np.zeros(n, dtype=bool))
+    unit = np.where(np.isin(dtype, list(TC_CHANNEL_MULTIPLE)), "matrix", "vector")
+    no = np.zeros(n, dtype=bool)
+    return ConvParts(idx, cols, dtype, unit.astype(object), ~no, no, no.copy())
+
+
+def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
+    """Parts per trained family for ``kernels``; ``conv_model``: the predictor has one."""
     a, dtypes, units = _read(kernels)
     dtype = np.array(dtypes, dtype=object)[a[:, 13].astype(np.int64)]
     unit = np.array(units, dtype=object)[a[:, 14].astype(np.int64)]
@@ -133,11 +177,13 @@ def route(kernels: Sequence[Kernel]) -> Routed:
     col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
                     "rows", "cols", "gemm"), a.T[:12], strict=True))
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
-    is_mm = ((kind == 0) | (kind == 1)) & has_mm
+    dense, grouped = _conv_geometry(kernels, kind)
+    is_conv = dense & conv_model
+    is_mm = ((kind == 0) | (kind == 1)) & has_mm & ~is_conv & ~grouped
     is_attn = (kind == 5) & has_mm
     is_soft, is_norm = (kind == 3) & has_rows, (kind == 4) & has_rows
     is_ew = kind == 2
-    other = ~(is_mm | is_attn | is_soft | is_norm | is_ew)
+    other = ~(is_mm | is_attn | is_soft | is_norm | is_ew | is_conv)
 
     def sub(mask: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         idx = np.nonzero(mask)[0]
@@ -161,8 +207,12 @@ def route(kernels: Sequence[Kernel]) -> Routed:
         rows[name] = [_parts(idx, c | {"elements": c["rows"] * c["cols"]}, dtype[idx],
                              np.full(len(idx), "vector", dtype=object))]
     _attention(col, np.nonzero(is_attn)[0], dtype, matmul, rows["softmax"])
-    parts = {"matmul": _concat(matmul), "elementwise": _bytewise(_concat(elementwise)),
-             "softmax": _concat(rows["softmax"]), "layernorm": _concat(rows["layernorm"])}
+    parts: dict[str, Parts | ConvParts] = {
+        "matmul": _concat(matmul), "elementwise": _bytewise(_concat(elementwise)),
+        "softmax": _concat(rows["softmax"]), "layernorm": _concat(rows["layernorm"])}
+    if conv_model:
+        idx = np.nonzero(is_conv)[0]
+        parts["conv"] = _conv_parts(kernels, idx, dtype[idx], col["itemsize"][idx])
     return Routed(parts, dtype, estimated)
 
 

@@ -160,8 +160,22 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
     val = _validation(data_dirs, config)
     table = fit_tiles(train, lookup)
     weights, scores, info = [], {}, {}
+    conv_meta: dict[str, str] = {}
     for family in config.families:
         t0 = time.perf_counter()
+        if family == "conv":  # its own samples, GPUs and held-out shapes (conv_train.py)
+            from .conv_train import train_conv
+
+            conv = train_conv(data_dirs, config, lookup, progress)
+            if conv is None:  # the artifact then serves convs through the matmul model
+                if progress:
+                    progress("conv: no kernels/nvidia/train/conv/*.csv; family skipped")
+                continue
+            scores["conv"] = conv.info["validation_mape_pct"]
+            info["conv"] = conv.info | {"train_seconds": round(time.perf_counter() - t0, 1)}
+            weights.append(conv.weights)
+            conv_meta = conv.metadata
+            continue
         data = family_data(train, family, None, lookup)  # what ran: measured tiles, split-K
         vdata = family_data(val, family, table, lookup) if val is not None else None
         model = fit_family(data, config, vdata, progress)
@@ -182,7 +196,7 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
             "hyperparameters": _hyperparameters(config), "seed": str(config.seed),
             "families_info": info, "tilecast_version": _version(),
             "regenerate": _regenerate_cmd(data_dirs, out_dir),
-            "tile_table": json.dumps(table.to_json(), sort_keys=True)}
+            "tile_table": json.dumps(table.to_json(), sort_keys=True), **conv_meta}
     out_dir.mkdir(parents=True, exist_ok=True)
     table.save(out_dir / "tile_table.json")
     model_proto = export.build_model(weights, export.metadata_for(weights, ft.UNITS, meta))

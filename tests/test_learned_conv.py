@@ -1,0 +1,236 @@
+"""The conv family: cuDNN algorithms from kernel names, their work, size-independent
+features and monotone work terms, routing, serving from a trained artifact, and the shared
+conv data."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tilecast.analyzer.types import ConvDims, Kernel, MatmulDims, OpCost
+from tilecast.learned import conv as cv
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "datasets" / "neusight-asplos25"
+needs_data = pytest.mark.skipif(not (DATA / "kernels/nvidia/train/conv").is_dir(),
+                                reason="shared NeuSight conv data absent (../shared/datasets)")
+
+
+# Real recorded kernel lists (the shared data's `Kernels` column, argument lists trimmed).
+@pytest.mark.parametrize("kernels, algo", [
+    (";void cudnn::winograd_nonfused::winogradforwarddata4x4<float, float>(x);"
+     "void cudnn::winograd_nonfused::winogradforwardfilter4x4<float, float>(x);"
+     "ampere_sgemm_128x128_nn;void cudnn::winograd_nonfused::winogradforwardoutput4x4<float, "
+     "float>(x)", "winograd_nonfused"),
+    (";void cudnn::winograd::generateWinogradTilesKernel<0, float, float>(x);"
+     "cudnn_infer_ampere_scudnn_winograd_128x128_ldg1_ldg4_relu_tile148t_nt_v1", "winograd"),
+    (";void cask_cudnn_infer::computeOffsetsKernel<false, false>(x);"
+     "cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1", "implicit_precomp_gemm"),
+    (";void implicit_convolve_sgemm<float, float, 128, 5, 5, 3, 3, 3, 1, false, false, "
+     "true>(int)", "implicit_gemm"),
+    (";void cudnn::cnn::im2col4d_kernel<float, long>(x);volta_sgemm_64x64_nn",
+     "implicit_gemm"),
+    (";void fft2d_r2c_32x32<float, false, 0u, false>(x);volta_gcgemm_64x32_nt;"
+     "void fft2d_c2r_32x32<float, false, false, 0u, false, false>(x)", "fft"),
+])
+def test_algorithm_from_kernel_names(kernels, algo):
+    assert cv.classify_kernels(kernels) == algo
+
+
+def _cols(n, c, k, hw, r=3, stride=1, dtype="float32"):
+    p = (hw + 2 * (r // 2) - r) // stride + 1
+    one = np.ones(1)
+    size = {"float32": 4.0, "float16": 2.0}[dtype]
+    return cv.ConvColumns(*(v * one for v in (n, c, k, hw, hw, p, p, r, r, stride)),
+                          itemsize=size * one, dtype=np.array([dtype], dtype=object),
+                          nhwc=np.zeros(1, dtype=bool))
+
+
+# 8x8 outputs (multiples of 4 and 2): direct 2*N*K*P*Q*C*9; F(4x4,3x3) does 36 multiplies
+# per 4x4 tile instead of 144 (4x fewer), F(2x2,3x3) 16 per 2x2 tile instead of 36 (2.25x).
+@pytest.mark.parametrize("algo, ratio", [("implicit_precomp_gemm", 1.0), ("implicit_gemm", 1.0),
+                                         ("winograd_nonfused", 4.0), ("winograd", 2.25)])
+def test_algorithm_flops(algo, ratio):
+    cc = _cols(2, 64, 64, 8)
+    work = cv.algorithm_work(cc, np.array([algo], dtype=object), np.zeros(1, dtype=bool))
+    direct = 2 * 2 * 64 * 8 * 8 * 64 * 9
+    assert work.flops[0] == pytest.approx(direct / ratio)
+    io = 4 * (2 * 64 * 64 + 64 * 64 * 9 + 2 * 64 * 64)
+    # Non-fused Winograd moves its transformed operands through DRAM; the others do not.
+    assert (work.bytes[0] > io) == (algo == "winograd_nonfused")
+    assert work.bytes[0] - work.transform_bytes[0] == pytest.approx(io)
+
+
+def test_tensor_core_path_pads_channels_and_transposes_nchw():
+    """fp16 tensor cores: C=3 pads to 8 (FLOPs x 8/3); NCHW X and Y transposed in and out."""
+    cc = _cols(1, 3, 64, 32, r=7, stride=2, dtype="float16")
+    algo = np.array(["implicit_precomp_gemm"], dtype=object)
+    tc = cv.algorithm_work(cc, algo, np.ones(1, dtype=bool))
+    simt = cv.algorithm_work(cc, algo, np.zeros(1, dtype=bool))
+    assert tc.flops[0] == pytest.approx(simt.flops[0] * 8 / 3)
+    x, y = 2 * 3 * 32 * 32, 2 * 64 * 16 * 16
+    assert tc.transform_bytes[0] == pytest.approx(2 * (x + y))
+
+
+def test_winograd_and_fft_only_where_cudnn_offers_them():
+    ok = cv.eligible(cv.ConvColumns(
+        *(np.array(v, dtype=np.float64) for v in ([1, 1, 1], [8] * 3, [8] * 3, [16] * 3,
+                                                  [16] * 3, [16, 8, 16], [16, 8, 16],
+                                                  [3, 3, 1], [3, 3, 1], [1, 2, 1])),
+        itemsize=np.full(3, 4.0), dtype=np.array(["float32"] * 3, dtype=object),
+        nhwc=np.zeros(3, dtype=bool)))
+    assert ok["winograd"].tolist() == [True, False, False]  # 3x3 s1 / 3x3 s2 / 1x1
+    assert ok["fft"].tolist() == [True, False, True]
+
+
+def _device_cols(names):
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned import features as ft
+
+    devs = [load_device(n) for n in names]
+    return devs, ft
+
+
+def _random_cols(n: int, batch: np.ndarray | None = None) -> cv.ConvColumns:
+    rng = np.random.default_rng(0)
+    b, c, k, hw = (rng.integers(1, 65, n), rng.integers(3, 2049, n), rng.integers(3, 2049, n),
+                   rng.integers(5, 253, n))
+    b = b if batch is None else batch
+    algo = np.array([cv.ALGORITHMS[i % len(cv.ALGORITHMS)] for i in range(n)], dtype=object)
+    return cv.ConvColumns(*(np.asarray(v, np.float64) for v in (
+        b, c, k, hw, hw, hw, hw, [3] * n, [3] * n, [1] * n)), itemsize=np.full(n, 4.0),
+        dtype=np.array(["float32"] * n, dtype=object), nhwc=np.zeros(n, dtype=bool),
+        algo=algo)
+
+
+@pytest.mark.parametrize("device", ["t4", "a100-sxm4-40gb", "l4", "h100-sxm5-80gb"])
+def test_conv_features_size_independent_x_and_monotone_work(device):
+    """Every algorithm: x finite and the same for batch N and 3N; every work term >= 0 and
+    no smaller at 3N; launches add up per kernel of the algorithm."""
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned import features as ft
+
+    n = 64
+    small = _random_cols(n)
+    big = _random_cols(n, batch=3 * small.n)
+    dc = ft.device_columns([load_device(device)], np.zeros(n, dtype=np.int64), small.dtype,
+                           np.full(n, "vector", dtype=object))
+    f, g = ft.build_features("conv", small, dc), ft.build_features("conv", big, dc)
+    assert f.x.shape == (n, len(ft.FEATURES["conv"])) and np.isfinite(f.x).all()
+    assert np.array_equal(f.x, g.x)
+    for term in ("compute_ms", "dram_ms", "wave_ms", "waves"):
+        a, b = getattr(f, term), getattr(g, term)
+        assert (a >= 0).all() and (b >= a * (1 - 1e-9)).all(), term
+    assert ((f.dram_ms + f.cached_ms) <= (g.dram_ms + g.cached_ms) * (1 + 1e-9)).all()
+    launches = np.array([cv.LAUNCHES[a] for a in small.algo])
+    assert np.allclose(f.launch_ms, dc.launch_s * 1e3 * launches)
+
+
+def _conv_kernel(groups: int = 1) -> Kernel:
+    d = ConvDims(8, 64, 64, 56, 56, 56, 56, 3, 3, pad=1, groups=groups)
+    mm = MatmulDims(groups, 8 * 56 * 56, 64 // groups, 64 // groups * 9)
+    flops = 2 * mm.b * mm.m * mm.n * mm.k
+    return Kernel("c", ("c",), "Conv", OpCost("conv", flops, 4 * (2 * 8 * 64 * 56 * 56),
+                                              "float32", "matrix", matmul=mm, conv=d))
+
+
+def test_routing_of_dense_and_grouped_convs():
+    from tilecast.learned.routing import route
+
+    dense, grouped = _conv_kernel(), _conv_kernel(groups=64)
+    r = route([dense, grouped], conv_model=True)
+    assert r.parts["conv"].kernel.tolist() == [0]
+    assert r.parts["matmul"].kernel.tolist() == []
+    ew = r.parts["elementwise"]  # the depthwise conv: memory-bound rule, flagged
+    assert ew.kernel.tolist() == [1] and ew.fallback.tolist() == [True]
+    old = route([dense], conv_model=False)  # an artifact without a conv model
+    assert old.parts["matmul"].kernel.tolist() == [0] and old.parts["matmul"].fallback[0]
+    assert "conv" not in old.parts
+
+
+CONV_HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Kernels", "B", "Input_Channel",
+               "Output_Channel", "Kernel_Szie", "Input_Size", "Stride", "Padding"]
+NAMES = {"winograd_nonfused": ";void cudnn::winograd_nonfused::winogradForwardData4x4<f>(x);"
+                              "volta_sgemm_64x64_nn",
+         "implicit_precomp_gemm": ";cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1"}
+
+
+def write_conv_csvs(root: Path, gpus=("Tesla T4", "Tesla V100-PCIE-32GB"), n: int = 40) -> None:
+    """Made-up conv rows (latency a smooth function of the FLOPs): plumbing, not accuracy."""
+    rng = np.random.default_rng(1)
+    for gpu in gpus:
+        path = root / "kernels" / "nvidia" / "train" / "conv" / f"{gpu.replace(' ', '_')}.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(CONV_HEADER)
+            for i in range(n):
+                b, c, k, hw = (int(rng.integers(1, 17)), int(rng.integers(8, 257)),
+                               int(rng.integers(8, 257)), int(rng.integers(7, 57)))
+                algo = "winograd_nonfused" if i % 2 else "implicit_precomp_gemm"
+                ms = 0.05 + 2 * b * c * k * hw * hw * 9 / 5e9
+                w.writerow(["conv", ms, gpu, "k", NAMES[algo], b, c, k, 3, hw, 1, 1])
+
+
+def test_conv_csv_reader_and_heldout_shapes(tmp_path):
+    from tilecast.learned import conv_data as cd
+
+    write_conv_csvs(tmp_path)
+    s = cd.load_conv([tmp_path])
+    assert len(s) == 80 and set(s.algo) == {"winograd_nonfused", "implicit_precomp_gemm"}
+    assert (s.p == s.h).all()  # 3x3, stride 1, pad 1 keeps the size
+    held = cd.heldout_shapes(s)
+    assert 0 < held.sum() < len(s)
+    # The split is by shape: equal dims on another GPU land on the same side.
+    key = [(a, b, c, d) for a, b, c, d in zip(s.n, s.c, s.k, s.h, strict=True)]
+    side = {}
+    for kk, h in zip(key, held, strict=True):
+        assert side.setdefault(kk, h) == h
+
+
+@pytest.mark.slow
+def test_trained_artifact_serves_convs(tmp_path):
+    """tilecast train on folders with conv CSVs -> an artifact with a conv family whose
+    predictor routes dense convs to it (not flagged as a fallback)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    from test_learned_train import make_dataset
+
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import OnnxPredictor
+    from tilecast.learned.train import TrainConfig, train_all
+
+    make_dataset(tmp_path)
+    write_conv_csvs(tmp_path, gpus=("Tesla T4", "NVIDIA A100-PCIE-40GB"))
+    train_all([tmp_path], tmp_path / "art", TrainConfig(epochs=2), progress=None)
+    pred = OnnxPredictor(tmp_path / "art")
+    assert pred.conv_tree is not None
+    t4 = load_device("t4")
+    pointwise = Kernel("p", ("p",), "Conv", OpCost(
+        "conv", 2 * 8 * 28 * 28 * 64 * 64, 4 * 8 * 64 * (56 * 56 + 28 * 28), "float32",
+        "matrix", matmul=MatmulDims(1, 8 * 28 * 28, 64, 64),
+        conv=ConvDims(8, 64, 64, 56, 56, 28, 28, 1, 1, stride=2)))
+    out = pred.predict([_conv_kernel(), _conv_kernel(groups=64), pointwise], t4)
+    assert out[0].tile in cv.ALGORITHMS and out[0].latency_ms > 0
+    assert out[2].tile == "implicit_precomp_gemm"  # no Winograd for 1x1 stride 2
+    assert out[1].extrapolated and out[2].extrapolated  # memory-bound rule; 1x1 never trained
+    lo, hi = pred.ranges["conv"]
+    pred.ranges["conv"] = (lo - np.inf, hi + np.inf)  # inside the range: not extrapolated
+    assert not pred.predict([_conv_kernel()], t4)[0].extrapolated
+
+
+@needs_data
+def test_shared_conv_data_algorithms():
+    """Every GPU runs several algorithms; shapes are shared across GPUs, so the held-out split
+    keeps each shape on one side everywhere."""
+    from tilecast.learned import conv_data as cd
+
+    s = cd.load_conv([DATA])
+    assert len(s) > 20_000 and len(set(s.device)) == 5
+    for gpu in set(s.device):
+        algos = set(s.algo[s.device == gpu])
+        assert {"winograd", "winograd_nonfused", "implicit_precomp_gemm"} <= algos, gpu
+    held = cd.heldout_shapes(s)
+    assert 0.15 < held.mean() < 0.25

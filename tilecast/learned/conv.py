@@ -1,0 +1,202 @@
+"""Convolutions as cuDNN runs them: the algorithm it picks and that algorithm's work (FLOPs,
+DRAM bytes, tiles); ``features.conv_features`` turns them into the conv family's inputs.
+
+cuDNN's forward algorithms (cuDNN API reference, ``cudnnConvolutionFwdAlgo_t``) and how the
+recorded kernel names show them (``classify_kernels``):
+
+- ``implicit_precomp_gemm``: implicit GEMM with precomputed offsets (``scudnn_128x64_...``
+  tiles, ``computeOffsetsKernel``, ``precomputed_convolve_sgemm``). GEMM view: M = N*P*Q,
+  N = K, K = C*R*S/groups; 2*M*N*K FLOPs, tiles of 128 x 64 outputs.
+- ``implicit_gemm``: the plain implicit GEMM (``implicit_convolve_sgemm``) and the explicit
+  im2col + SGEMM (``explicit_convolve_sgemm``, ``im2col4d``): the same FLOPs, slower kernels.
+- ``winograd_nonfused``: F(4x4, 3x3) (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+  Networks", CVPR 2016): each 4x4 output tile takes (4+3-1)^2 = 36 multiplies per (c, k) pair
+  instead of 4*4*3*3 = 144, a 4x cut. cuDNN runs it as four kernels: a data transform to
+  36 x (T x C), a filter transform to 36 x (C x K), 36 batched SGEMMs (T x C) @ (C x K) (the
+  recorded grids have z = 36) and an output transform; T = N * ceil(P/4) * ceil(Q/4). The
+  transformed tensors go through DRAM: ``transform_bytes``.
+- ``winograd``: the fused kernel (``scudnn_winograd_128x128``); counted as F(2x2, 3x3), 16
+  multiplies instead of 36 (2.25x, Lavin & Gray), transforms in registers. Its recorded grids
+  are N * ceil(K/32) * ceil(P/8) * ceil(Q/16) blocks.
+- ``fft``: 32 x 32 FFT tiles (``fft2d_r2c_32x32``): (32-R+1)^2 outputs per tile, a complex
+  multiply-add (8 FLOPs) per frequency bin (32 * 17) and (n, c, k), plus 5 N log2 N FLOPs per
+  transform (Cooley-Tukey count) and the complex buffers through DRAM.
+
+Tensor cores (fp16 / bf16 / TF32) run implicit GEMM on NHWC data; channels are padded to the
+MMA's multiple (8 for fp16/bf16, 4 for TF32: NVIDIA Deep Learning Performance documentation,
+"Convolutional Layers User's Guide", channels-in/out requirements), and an NCHW tensor is
+transposed to NHWC and back (``nchwToNhwcKernel`` in the recorded names), costed as extra bytes.
+Grouped and depthwise convolutions are routed to the memory-bound rule (``routing.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .tiles import TileTree
+
+ALGORITHMS = ("implicit_precomp_gemm", "implicit_gemm", "winograd", "winograd_nonfused", "fft")
+# Winograd and FFT in cuDNN need unit stride and dilation; these kernels cover 3x3 filters.
+WINOGRAD_TAPS = 3
+FFT_TILE = 32  # fft2d_r2c_32x32
+COMPLEX_BYTES = 8  # complex64
+IMPLICIT_TILE = (128, 64)  # scudnn_128x64, the most frequent recorded tile
+WINOGRAD_GEMM_TILE = 64  # *_sgemm_64x64_nn, the most frequent tile of the nonfused SGEMM
+FUSED_BLOCK = (32, 8, 16)  # output channels x rows x cols per block (recorded grids)
+# Kernels each algorithm launches (the recorded names: offsets + GEMM; tile generation + fused
+# Winograd; data, filter, output transforms + SGEMM; FFT data, filter, product, inverse).
+LAUNCHES = {"implicit_precomp_gemm": 2, "implicit_gemm": 1, "winograd": 2,
+            "winograd_nonfused": 4, "fft": 4}
+TC_CHANNEL_MULTIPLE = {"float16": 8, "bfloat16": 8, "tf32": 4}
+# Compute capability by generation (CUDA C Programming Guide, compute capabilities table):
+# the algorithm tree's "architecture" input.
+ARCH_CC = {"maxwell": 5.2, "pascal": 6.0, "volta": 7.0, "turing": 7.5, "ampere": 8.0,
+           "ada": 8.9, "hopper": 9.0, "blackwell": 10.0}
+# No input depends on the batch N: the pick (and with it the forecast's form) stays the same
+# as the batch grows, so a forecast never falls with N (docs/predictor.md, "Monotonicity").
+TREE_FEATURES = ("log2_c", "log2_k", "log2_p", "log2_taps", "stride", "log2_sms", "arch_cc",
+                 "log2_image_tiles_per_sm")
+
+
+def classify_kernels(kernels: str) -> str:
+    """The cuDNN algorithm behind the ';'-separated kernel names one conv launched."""
+    low = kernels.lower()
+    if "winograd_nonfused" in low:
+        return "winograd_nonfused"
+    if "winograd" in low:
+        return "winograd"
+    if "fft" in low:
+        return "fft"
+    if any(s in low for s in ("implicit_convolve_sgemm", "explicit_convolve_sgemm", "im2col")):
+        return "implicit_gemm"
+    return "implicit_precomp_gemm"
+
+
+@dataclass(frozen=True)
+class ConvColumns:
+    """Dense convolutions as parallel float64 arrays (``ConvDims`` fields, one row each)."""
+
+    n: np.ndarray
+    c: np.ndarray
+    k: np.ndarray
+    h: np.ndarray
+    w: np.ndarray
+    p: np.ndarray
+    q: np.ndarray
+    r: np.ndarray
+    s: np.ndarray
+    stride: np.ndarray
+    itemsize: np.ndarray
+    dtype: np.ndarray  # str
+    nhwc: np.ndarray  # bool: the tensors are channels-last already
+    algo: np.ndarray | None = None  # str, one of ALGORITHMS per row (features need it)
+
+    def __len__(self) -> int:
+        return len(self.n)
+
+
+def eligible(cc: ConvColumns) -> dict[str, np.ndarray]:
+    """Which algorithms cuDNN offers per row (the tree's pick is overridden where not)."""
+    unit = cc.stride == 1
+    three = (cc.r == WINOGRAD_TAPS) & (cc.s == WINOGRAD_TAPS) & unit
+    ones = np.ones(len(cc), dtype=bool)
+    return {"implicit_precomp_gemm": ones, "implicit_gemm": ones, "winograd": three,
+            "winograd_nonfused": three, "fft": unit & (cc.r <= FFT_TILE // 2)}
+
+
+def tree_features(cc: ConvColumns, sms: np.ndarray, arch: np.ndarray) -> np.ndarray:
+    """Inputs of the algorithm tree, shape (n, len(TREE_FEATURES))."""
+    tiles = np.ceil(cc.p * cc.q / IMPLICIT_TILE[0]) * np.ceil(cc.k / IMPLICIT_TILE[1])
+    cap = np.array([ARCH_CC.get(a, 8.0) for a in arch], dtype=np.float64)
+    lg = np.log2
+    return np.stack([lg(cc.c), lg(cc.k), lg(cc.p * cc.q) / 2, lg(cc.r * cc.s), cc.stride,
+                     lg(sms), cap, lg(tiles / sms)], axis=1)
+
+
+def select_algorithms(tree: TileTree, cc: ConvColumns, sms: np.ndarray,
+                      arch: np.ndarray) -> np.ndarray:
+    """The tree's pick, replaced by implicit precomp GEMM where cuDNN does not offer it."""
+    if not len(cc):
+        return np.empty(0, dtype=object)
+    algo = tree.predict(tree_features(cc, sms, arch))
+    ok = eligible(cc)
+    allowed = np.array([ok[a][i] for i, a in enumerate(algo)], dtype=bool)
+    return np.where(allowed, algo, "implicit_precomp_gemm").astype(object)
+
+
+@dataclass(frozen=True)
+class AlgorithmWork:
+    """What one algorithm does per row: FLOPs, DRAM bytes, thread blocks."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    transform_bytes: np.ndarray  # part of ``bytes`` beyond X, W and Y once
+    tiles: np.ndarray
+    tile_efficiency: np.ndarray  # useful outputs / outputs the padded tiles compute
+    reduction: np.ndarray  # the reduction length of one tile's GEMM (C*R*S, or C)
+
+
+def _pad_to(x: np.ndarray, multiple: np.ndarray) -> np.ndarray:
+    return np.ceil(x / multiple) * multiple
+
+
+def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) -> AlgorithmWork:
+    """FLOPs, bytes and tiles of each row under its algorithm (module docstring)."""
+    mult = np.array([TC_CHANNEL_MULTIPLE.get(d, 1) for d in cc.dtype], dtype=np.float64)
+    mult = np.where(matrix_dtype, mult, 1.0)
+    c, k = _pad_to(cc.c, mult), _pad_to(cc.k, mult)
+    x_b, w_b, y_b = (cc.itemsize * v for v in (cc.n * cc.c * cc.h * cc.w, cc.k * cc.c * cc.r
+                                                * cc.s, cc.n * cc.k * cc.p * cc.q))
+    io = x_b + w_b + y_b
+    # NCHW tensors on the tensor-core path: X transposed in (read + write) and Y back out.
+    transpose = np.where(matrix_dtype & ~cc.nhwc, 2 * (x_b + y_b), 0.0)
+    m = cc.n * cc.p * cc.q
+    flops = 2.0 * m * k * c * cc.r * cc.s
+    extra = transpose.copy()
+    tiles = np.ceil(m / IMPLICIT_TILE[0]) * np.ceil(cc.k / IMPLICIT_TILE[1])
+    eff = m * cc.k / (tiles * IMPLICIT_TILE[0] * IMPLICIT_TILE[1])
+    # Winograd and FFT multiply transformed tiles over the channels only.
+    reduction = np.where(np.isin(algo, ("winograd", "winograd_nonfused", "fft")), c,
+                         c * cc.r * cc.s)
+
+    sel = algo == "winograd_nonfused"  # F(4x4, 3x3): alpha = 6, 36 batched GEMMs
+    t4 = cc.n * np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
+    a2 = 36.0
+    gemm_io = a2 * (t4 * cc.c + cc.c * cc.k + t4 * cc.k)  # transformed operands and result
+    wino_extra = cc.itemsize * 2 * gemm_io  # each written by a transform and read back
+    flops = np.where(sel, 2.0 * a2 * t4 * cc.c * cc.k, flops)
+    extra = np.where(sel, wino_extra, extra)
+    wt = WINOGRAD_GEMM_TILE
+    tiles = np.where(sel, a2 * np.ceil(t4 / wt) * np.ceil(cc.k / wt), tiles)
+    eff = np.where(sel, cc.n * cc.p * cc.q * cc.k / (16 * _pad_to(t4, wt) * _pad_to(cc.k, wt)),
+                   eff)
+
+    sel = algo == "winograd"  # fused F(2x2, 3x3): alpha = 4
+    t2 = cc.n * np.ceil(cc.p / 2) * np.ceil(cc.q / 2)
+    flops = np.where(sel, 2.0 * 16.0 * t2 * cc.c * cc.k, flops)
+    kb, rb, qb = FUSED_BLOCK
+    tiles = np.where(sel, cc.n * np.ceil(cc.k / kb) * np.ceil(cc.p / rb) * np.ceil(cc.q / qb),
+                     tiles)
+    eff = np.where(sel, cc.n * cc.k * cc.p * cc.q / (tiles * kb * rb * qb), eff)
+
+    sel = algo == "fft"
+    out_per_tile = np.maximum(FFT_TILE - cc.r + 1, 1.0)
+    per_img = np.ceil(cc.p / out_per_tile) * np.ceil(cc.q / out_per_tile)
+    bins = FFT_TILE * (FFT_TILE // 2 + 1)
+    points = FFT_TILE * FFT_TILE
+    transforms = cc.n * cc.c * per_img + cc.k * cc.c + cc.n * cc.k * per_img
+    fft_flops = (8.0 * cc.n * cc.k * cc.c * per_img * bins
+                 + 5.0 * points * np.log2(points) * transforms)
+    flops = np.where(sel, fft_flops, flops)
+    extra = np.where(sel, 2.0 * COMPLEX_BYTES * bins * transforms, extra)
+    tiles = np.where(sel, np.ceil(cc.n * per_img * bins / IMPLICIT_TILE[0])
+                     * np.ceil(cc.k / IMPLICIT_TILE[1]), tiles)
+    eff = np.where(sel, cc.p * cc.q / (per_img * out_per_tile**2), eff)
+    return AlgorithmWork(flops, io + extra, extra, np.maximum(tiles, 1.0), eff, reduction)
+
+
+def algorithm_strings(algo: np.ndarray) -> np.ndarray:
+    """The "tile" a forecast shows for a conv: its cuDNN algorithm."""
+    return np.asarray(algo, dtype=object)

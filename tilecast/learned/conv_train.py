@@ -1,0 +1,118 @@
+"""Train and evaluate the conv family (torch): the shipped model and the protocol.
+
+Protocol: leave-one-GPU-out over the GPUs with conv data AND held-out shapes. A shape's hash
+puts it in the held-out part on every GPU at once (``conv_data.heldout_shapes``), so for the
+fold of GPU g the model and the algorithm tree train on the other GPUs' training shapes, and
+are scored on g's held-out shapes: neither the GPU nor the shape was ever seen. The roofline
+(direct FLOPs and X + W + Y bytes, plus one launch) is scored on the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from . import conv_data as cd
+from .export import FamilyWeights
+from .prepare import DeviceLookup, default_lookup
+from .train import Progress, TrainConfig, fit_family, log_ratio_error, predict_torch, to_weights
+
+MAX_TRAIN_ROWS = 20_000  # seeded subsample above this: conv trains in well under a minute
+
+
+@dataclass(frozen=True)
+class ConvFold:
+    """One leave-one-GPU-out fold on held-out shapes."""
+
+    gpu: str
+    n: int
+    tilecast_mape_pct: float
+    roofline_mape_pct: float
+    algorithm_accuracy: float  # the tree's pick vs the recorded kernels
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ConvModel:
+    weights: FamilyWeights
+    metadata: dict[str, str]  # conv_algorithm_tree, conv_training_devices
+    info: dict
+
+
+def _subsample(s: cd.ConvSamples, seed: int) -> cd.ConvSamples:
+    if len(s) <= MAX_TRAIN_ROWS:
+        return s
+    idx = np.random.default_rng(seed).choice(len(s), MAX_TRAIN_ROWS, replace=False)
+    return s.select(np.sort(idx))
+
+
+def fit_conv(train: cd.ConvSamples, config: TrainConfig, lookup: DeviceLookup = default_lookup,
+             val: cd.ConvSamples | None = None, progress: Progress | None = None):
+    """(model, algorithm tree) trained on ``train``; the MLP sees the recorded algorithms."""
+    train = _subsample(train, config.seed)
+    tree = cd.fit_algorithm_tree(train, lookup, config.seed)
+    data = cd.conv_family_data(train, None, lookup)
+    vdata = cd.conv_family_data(val, tree, lookup) if val is not None and len(val) else None
+    return fit_family(data, config, vdata, progress), tree, data
+
+
+def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.ndarray:
+    """Direct-convolution roofline on the same rows: max(2*N*K*P*Q*C*R*S / peak,
+    (X + W + Y) bytes / bandwidth) plus one launch (the analyzer's ``RooflinePredictor``)."""
+    flops = 2.0 * s.n * s.k * s.p * s.q * s.c * s.r * s.s
+    io = s.itemsize * (s.n * s.c * s.h * s.w + s.k * s.c * s.r * s.s + s.n * s.k * s.p * s.q)
+    dc = cd.device_arrays(s, lookup)
+    return (np.maximum(flops / dc.peak_flops, io / dc.bandwidth) + dc.launch_s) * 1e3
+
+
+def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
+              lookup: DeviceLookup = default_lookup,
+              progress: Progress | None = None) -> list[ConvFold]:
+    """Every fold of the protocol (module docstring), one per GPU with conv data."""
+    config = config or TrainConfig()
+    held = cd.heldout_shapes(samples)
+    folds = []
+    for gpu in sorted(set(samples.device.tolist())):
+        train = samples.select((samples.device != gpu) & ~held)
+        test = samples.select((samples.device == gpu) & held)
+        if not len(test) or not len(train):
+            continue
+        model, tree, _ = fit_conv(train, config, lookup)
+        data = cd.conv_family_data(test, tree, lookup)
+        pred = predict_torch(model, data)
+        folds.append(ConvFold(gpu, len(test), log_ratio_error(pred, test.latency_ms),
+                              log_ratio_error(roofline_ms(test, lookup), test.latency_ms),
+                              float(np.mean(data.tile == test.algo))))
+        if progress:
+            f = folds[-1]
+            progress(f"conv LOGO {gpu}: tilecast {f.tilecast_mape_pct:.1f} %, roofline "
+                     f"{f.roofline_mape_pct:.1f} % (n={f.n})")
+    return folds
+
+
+def train_conv(data_dirs: Sequence[Path | str], config: TrainConfig,
+               lookup: DeviceLookup = default_lookup,
+               progress: Progress | None = None) -> ConvModel | None:
+    """The shipped conv model: every GPU with conv data, training shapes only (the held-out
+    shapes are its validation). None when the folders hold no conv CSVs."""
+    samples = cd.load_conv(data_dirs)
+    if samples is None:
+        return None
+    held = cd.heldout_shapes(samples)
+    train, val = samples.select(~held), samples.select(held)
+    model, tree, data = fit_conv(train, replace(config), lookup, val, progress)
+    vdata = cd.conv_family_data(val, tree, lookup)
+    score = log_ratio_error(predict_torch(model, vdata), val.latency_ms) if len(val) else np.nan
+    meta = {"conv_algorithm_tree": json.dumps(tree.to_json()),
+            "conv_training_devices": json.dumps(sorted(set(samples.device.tolist())))}
+    info = {"rows": len(data.latency_ms), "validation_mape_pct": float(score),
+            "utilization_floor": model.u_floor,
+            "host_dispatch_ms": dict(zip(("nvidia", "amd"), model.host_ms().round(5).tolist(),
+                                         strict=True))}
+    return ConvModel(to_weights(model, "conv"), meta, info)
