@@ -55,7 +55,7 @@ TC_CHANNEL_MULTIPLE = {"float16": 8, "bfloat16": 8, "tf32": 4}
 ARCH_CC = {"maxwell": 5.2, "pascal": 6.0, "volta": 7.0, "turing": 7.5, "ampere": 8.0,
            "ada": 8.9, "hopper": 9.0, "blackwell": 10.0}
 # No input depends on the batch N: the pick (and with it the forecast's form) stays the same
-# as the batch grows, so a forecast never falls with N (docs/predictor.md, "Monotonicity").
+# as the batch grows, so a forecast never falls with N (docs/predictor.md, "Convolutions").
 TREE_FEATURES = ("log2_c", "log2_k", "log2_p", "log2_taps", "stride", "log2_sms", "arch_cc",
                  "log2_image_tiles_per_sm")
 
