@@ -16,9 +16,6 @@ import corpus  # noqa: E402  (tests/corpus, after the skips: building needs torc
 
 import tilecast  # noqa: E402
 
-NEEDS_COSTS = pytest.mark.xfail(reason="needs frontend-costs branch", strict=False)
-# LSTM / GRU formulas are added on the frontend-costs branch.
-AWAITING_COSTS = {"lstm_legacy", "gru_legacy"}
 TESTED = [n for n in corpus.NAMES if not corpus.builders.CORPUS[n].bench_only]
 
 
@@ -27,8 +24,7 @@ def forecast(name: str, device: str = "l4") -> tilecast.Forecast:
 
 
 @pytest.mark.parametrize("device", ["l4", "h100"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NEEDS_COSTS) if n in AWAITING_COSTS
-                                  else n for n in TESTED])
+@pytest.mark.parametrize("name", TESTED)
 def test_analyzes_as_exported(name, device):
     f = forecast(name, device)
     assert f.total_ms > 0
@@ -71,14 +67,20 @@ def test_same_model_has_the_same_matrix_work_from_every_exporter(model):
     assert max(flops.values()) <= 1.01 * min(flops.values()), flops
 
 
-@NEEDS_COSTS
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap: the legacy exporter decomposes GELU into Div/Erf/Add/Mul/Mul and tilecast "
+    "costs 5 kernels where PyTorch runs one (legacy 1.86 ms vs 1.61 ms dynamo and tilecast "
+    "export on this 2x16-token BERT)"))
 def test_same_bert_from_three_exporters_agrees():
     # torch.onnx legacy, torch.onnx dynamo and tilecast export of one BERT config (2x16 tokens)
     ms = {n: forecast(n).total_ms for n in ("bert_legacy", "bert_dynamo", "bert_tilecast")}
     assert max(ms.values()) <= 1.10 * min(ms.values()), ms
 
 
-@NEEDS_COSTS
+@pytest.mark.xfail(strict=True, reason=(
+    "known gap at this size: the 16x16 CNN's activation QuantizeLinear kernels (host and "
+    "launch bound) outweigh the int8 convs; ResNet-18 QDQ forecasts 35 % faster than fp32 "
+    "(tests/test_fold.py)"))
 def test_qdq_int8_forecasts_faster_than_fp32():
     assert forecast("cnn_qdq").total_ms < forecast("cnn_legacy").total_ms
 
