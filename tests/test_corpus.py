@@ -67,10 +67,6 @@ def test_same_model_has_the_same_matrix_work_from_every_exporter(model):
     assert max(flops.values()) <= 1.01 * min(flops.values()), flops
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap: the legacy exporter decomposes GELU into Div/Erf/Add/Mul/Mul and tilecast "
-    "costs 5 kernels where PyTorch runs one (legacy 1.86 ms vs 1.61 ms dynamo and tilecast "
-    "export on this 2x16-token BERT)"))
 def test_same_bert_from_three_exporters_agrees():
     # torch.onnx legacy, torch.onnx dynamo and tilecast export of one BERT config (2x16 tokens)
     ms = {n: forecast(n).total_ms for n in ("bert_legacy", "bert_dynamo", "bert_tilecast")}
