@@ -47,6 +47,17 @@ def test_anonymous_and_unnamed_dims_are_present_as_exported():
     assert corpus.anonymous_dims("bert_dynamo")["unnamed"] > 0
 
 
+@pytest.mark.parametrize("name", ["gpt2_with_past", "llama_with_past"])
+def test_decode_step_forecasts_faster_than_prefill(name):
+    # one new token over 127 cached ones reads the same weights as a 128-token prefill with no
+    # past but does 1/128 of its matrix work: it must not forecast slower
+    def ms(sequence, past):
+        dims = {"batch": 1, "sequence": sequence, "past_sequence_length": past}
+        return tilecast.analyze(corpus.build(name), "l4", dims=dims).total_ms
+
+    assert ms(1, 127) < ms(128, 0)
+
+
 SAME_MODEL = {
     "bert": ("bert_legacy", "bert_dynamo", "bert_tilecast", "bert_ort_opt", "bert_ort_fp16",
              "bert_qdynamic", "bert_ort_qdynamic"),

@@ -24,7 +24,7 @@ import onnx
 from . import builders
 
 # Input dims of the symbolic graph inputs, as a user would bind them.
-DIMS = {"batch": 2, "sequence": 16}
+DIMS = {"batch": 2, "sequence": 16, "past_sequence_length": 16}
 
 
 def cache_root() -> Path:
