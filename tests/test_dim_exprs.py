@@ -76,3 +76,10 @@ def test_which_names_are_expressions(name, plain):
     ("p + s", 8 + 3), ("p + 1", 9), ("(p - s) * 2", 10), ("p // s", 2)])
 def test_evaluate(name, value):
     assert dim_exprs.evaluate((name,), {"p": 8, "s": 3})[name] == value
+
+
+@pytest.mark.parametrize("name", ["s - p", "p // (s - s)", "q + 1", "(" * 500 + "p" + ")" * 500,
+                                  "p +\x00 s"])
+def test_no_size_stays_unbound(name):
+    # a negative size, a division by zero, an unbound name, text too deep or not text at all
+    assert name not in dim_exprs.evaluate((name,), {"p": 8, "s": 3})

@@ -21,7 +21,7 @@ def _tree(name: str) -> ast.expr | None:
     or text that is no expression of names, integers, ``+ - * //`` and parentheses)."""
     try:
         tree = ast.parse(name, mode="eval").body
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # NUL bytes, deep nesting
         return None
     allowed = (ast.BinOp, ast.Name, ast.Constant, ast.Load, *_OPS)
     if not isinstance(tree, ast.BinOp) or not all(
@@ -54,10 +54,18 @@ def _eval(node: ast.expr, dims: Mapping[str, int]) -> int:
 
 
 def evaluate(names: tuple[str, ...], dims: Mapping[str, int]) -> dict[str, int]:
-    """``dims`` plus the value of every expression in ``names`` whose names are all bound."""
+    """``dims`` plus the value of every expression in ``names`` whose names are all bound. An
+    expression with no size as its value (negative, a division by zero) stays unbound, so the
+    values it sizes are reported unshaped."""
     out = dict(dims)
     for name in names:
         tree = _tree(name)
-        if tree is not None and name not in out and all(n in dims for n in names_in(name)):
-            out[name] = _eval(tree, dims)
+        if tree is None or name in out or not all(n in dims for n in names_in(name)):
+            continue
+        try:
+            value = _eval(tree, dims)
+        except (ZeroDivisionError, RecursionError):
+            continue
+        if value >= 0:
+            out[name] = value
     return out
