@@ -84,12 +84,14 @@ def test_same_bert_from_three_exporters_agrees():
     assert max(ms.values()) <= 1.10 * min(ms.values()), ms
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "known gap at this size: the 16x16 CNN's activation QuantizeLinear kernels (host and "
-    "launch bound) outweigh the int8 convs; ResNet-18 QDQ forecasts 35 % faster than fp32 "
-    "(tests/test_fold.py)"))
 def test_qdq_int8_forecasts_faster_than_fp32():
-    assert forecast("cnn_qdq").total_ms < forecast("cnn_legacy").total_ms
+    # At batch 256 the convs dominate and int8 wins (1.38 vs 2.15 ms on L4). At batch 2 this
+    # 16x16 toy CNN is host-dispatch bound in eager mode (~30 us per op), and the QDQ graph's
+    # activation QuantizeLinear kernels make it slower (0.90 vs 0.53 ms), as in PyTorch.
+    dims = {"batch": 256}
+    q = tilecast.analyze(corpus.build("cnn_qdq"), "l4", dims=dims)
+    f = tilecast.analyze(corpus.build("cnn_legacy"), "l4", dims=dims)
+    assert q.total_ms < f.total_ms
 
 
 def test_strict_cli_passes_on_a_complete_forecast():
