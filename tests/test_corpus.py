@@ -16,9 +16,6 @@ import corpus  # noqa: E402  (tests/corpus, after the skips: building needs torc
 
 import tilecast  # noqa: E402
 
-NEEDS_COSTS = pytest.mark.xfail(reason="needs frontend-costs branch", strict=False)
-# LSTM / GRU formulas are added on the frontend-costs branch.
-AWAITING_COSTS = {"lstm_legacy", "gru_legacy"}
 TESTED = [n for n in corpus.NAMES if not corpus.builders.CORPUS[n].bench_only]
 
 
@@ -27,8 +24,7 @@ def forecast(name: str, device: str = "l4") -> tilecast.Forecast:
 
 
 @pytest.mark.parametrize("device", ["l4", "h100"])
-@pytest.mark.parametrize("name", [pytest.param(n, marks=NEEDS_COSTS) if n in AWAITING_COSTS
-                                  else n for n in TESTED])
+@pytest.mark.parametrize("name", TESTED)
 def test_analyzes_as_exported(name, device):
     f = forecast(name, device)
     assert f.total_ms > 0
@@ -51,6 +47,17 @@ def test_anonymous_and_unnamed_dims_are_present_as_exported():
     assert corpus.anonymous_dims("bert_dynamo")["unnamed"] > 0
 
 
+@pytest.mark.parametrize("name", ["gpt2_with_past", "llama_with_past"])
+def test_decode_step_forecasts_faster_than_prefill(name):
+    # one new token over 127 cached ones reads the same weights as a 128-token prefill with no
+    # past but does 1/128 of its matrix work: it must not forecast slower
+    def ms(sequence, past):
+        dims = {"batch": 1, "sequence": sequence, "past_sequence_length": past}
+        return tilecast.analyze(corpus.build(name), "l4", dims=dims).total_ms
+
+    assert ms(1, 127) < ms(128, 0)
+
+
 SAME_MODEL = {
     "bert": ("bert_legacy", "bert_dynamo", "bert_tilecast", "bert_ort_opt", "bert_ort_fp16",
              "bert_qdynamic", "bert_ort_qdynamic"),
@@ -71,16 +78,20 @@ def test_same_model_has_the_same_matrix_work_from_every_exporter(model):
     assert max(flops.values()) <= 1.01 * min(flops.values()), flops
 
 
-@NEEDS_COSTS
 def test_same_bert_from_three_exporters_agrees():
     # torch.onnx legacy, torch.onnx dynamo and tilecast export of one BERT config (2x16 tokens)
     ms = {n: forecast(n).total_ms for n in ("bert_legacy", "bert_dynamo", "bert_tilecast")}
     assert max(ms.values()) <= 1.10 * min(ms.values()), ms
 
 
-@NEEDS_COSTS
 def test_qdq_int8_forecasts_faster_than_fp32():
-    assert forecast("cnn_qdq").total_ms < forecast("cnn_legacy").total_ms
+    # At batch 256 the convs dominate and int8 wins (1.38 vs 2.15 ms on L4). At batch 2 this
+    # 16x16 toy CNN is host-dispatch bound in eager mode (~30 us per op), and the QDQ graph's
+    # activation QuantizeLinear kernels make it slower (0.90 vs 0.53 ms), as in PyTorch.
+    dims = {"batch": 256}
+    q = tilecast.analyze(corpus.build("cnn_qdq"), "l4", dims=dims)
+    f = tilecast.analyze(corpus.build("cnn_legacy"), "l4", dims=dims)
+    assert q.total_ms < f.total_ms
 
 
 def test_strict_cli_passes_on_a_complete_forecast():

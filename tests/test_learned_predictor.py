@@ -242,3 +242,15 @@ def test_more_bandwidth_never_slows_memory_bound_kernels() -> None:
                 assert b.latency_ms <= a.latency_ms, (name, k.name, a, b)
             if k.cost.bytes >= 12 * 2**24:
                 assert b.latency_ms < 0.95 * a.latency_ms, (name, k.name, a, b)
+
+
+def test_serving_never_imports_torch() -> None:
+    """The learned predictor serves on onnxruntime alone: analyze must not import torch (a
+    module constant once pulled it in and tripled analyze's start-up time and memory)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, tilecast; tilecast.analyze('examples/gpt2-small.onnx', 'l4'); "
+            "sys.exit('torch' in sys.modules)")
+    root = Path(__file__).resolve().parents[1]
+    assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0

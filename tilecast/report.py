@@ -20,7 +20,8 @@ CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "
 MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 tensor cores",
              "amp-fp16": "autocast to float16, casts costed",
              "amp-bf16": "autocast to bfloat16, casts costed"}
-RUNTIME_TEXT = {"eager": f"host dispatch {HOST_DISPATCH_US:g} us per kernel",
+RUNTIME_TEXT = {"eager": f"host queue: per-op dispatch as measured (learned predictor) or "
+                         f"{HOST_DISPATCH_US:g} us per kernel",
                 "graph": f"CUDA-graph style, {GRAPH_KERNEL_LAUNCH_US:g} us per kernel, "
                          "BN folded into Conv at inference"}
 

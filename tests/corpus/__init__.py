@@ -4,9 +4,10 @@ Each builder writes one graph with tiny configs (2 layers, hidden 64-128) and sy
 (``batch``, ``sequence``), exactly as the exporter leaves it: torch.onnx legacy (``unk__N`` value
 info), torch.onnx dynamo (unnamed dims), Hugging Face models built from configs, onnxruntime's
 transformer optimizer, fp16 conversion, dynamic and QDQ static quantization, a small CNN, LSTM
-and GRU. Graphs are cached under ``$TILECAST_CORPUS`` (default ``~/.cache/tilecast/corpus``) in a
-folder keyed by a hash of the builders' source (and tilecast's exporter) and the library versions,
-so an edit or an upgrade rebuilds them. Importing this module never imports torch; building does.
+and GRU, and with-past decoders (``past_sequence_length``) as optimum exports them. Graphs are
+cached under ``$TILECAST_CORPUS`` (default ``~/.cache/tilecast/corpus``) in a folder keyed by a
+hash of the builders' source (and tilecast's exporter) and the library versions, so an edit or
+an upgrade rebuilds them. Importing this module never imports torch; building does.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import onnx
 from . import builders
 
 # Input dims of the symbolic graph inputs, as a user would bind them.
-DIMS = {"batch": 2, "sequence": 16}
+DIMS = {"batch": 2, "sequence": 16, "past_sequence_length": 16}
 
 
 def cache_root() -> Path:

@@ -136,6 +136,67 @@ def llama_legacy(path: Path) -> None:
     _legacy(_hf_model("llama"), _text_inputs(DECODER_INPUTS), DECODER_INPUTS, path)
 
 
+PAST = 8  # past tokens for tracing; the graph keeps past_sequence_length symbolic
+TOTAL = "past_sequence_length + sequence"  # optimum's name for the mask and present length
+
+
+class _WithPast:
+    """A causal LM taking its past key/values as flat inputs, as optimum's with-past decoders
+    do: the Cache object is built inside forward, so the exporter sees plain tensors."""
+
+    def __new__(cls, model: Any) -> Any:
+        import transformers
+
+        torch = _torch()
+        layers = model.config.num_hidden_layers
+
+        class Wrapped(torch.nn.Module):
+            def __init__(self) -> None:
+                super().__init__()
+                self.model = model
+
+            def forward(self, input_ids: Any, attention_mask: Any, *past: Any) -> Any:
+                cache = transformers.DynamicCache(config=model.config)
+                for i in range(layers):
+                    cache.update(past[2 * i], past[2 * i + 1], i)
+                out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                                 past_key_values=cache, use_cache=True, return_dict=True)
+                present = [t for layer in out.past_key_values.layers
+                           for t in (layer.keys, layer.values)]
+                return (out.logits, *present)
+
+        return Wrapped().eval()
+
+
+def _with_past(model_type: str, path: Path) -> None:
+    import transformers
+
+    torch = _torch()
+    cfg = _hf_model(model_type, use_cache=True).config
+    cfg.return_dict = True
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager")
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or HEADS
+    kv = [f"{i}.{t}" for i in range(cfg.num_hidden_layers) for t in ("key", "value")]
+    names = ["input_ids", "attention_mask", *(f"past_key_values.{n}" for n in kv)]
+    outputs = ["logits", *(f"present.{n}" for n in kv)]
+    axes = {"input_ids": TEXT_AXES, "attention_mask": {0: "batch", 1: TOTAL},
+            "logits": TEXT_AXES, **{n: {0: "batch", 2: "past_sequence_length"} for n in names[2:]},
+            **{n: {0: "batch", 2: TOTAL} for n in outputs[1:]}}
+    past = [torch.randn(BATCH, kv_heads, PAST, HIDDEN // HEADS) for _ in kv]
+    args = (*_text_inputs(("input_ids",)), torch.ones(BATCH, PAST + SEQ, dtype=torch.int64), *past)
+    with torch.no_grad():
+        torch.onnx.export(_WithPast(model.eval()), args, str(path), dynamo=False, opset_version=17,
+                          input_names=names, output_names=outputs, dynamic_axes=axes)
+
+
+def gpt2_with_past(path: Path) -> None:
+    _with_past("gpt2", path)
+
+
+def llama_with_past(path: Path) -> None:
+    _with_past("llama", path)
+
+
 def vit_dynamo(path: Path) -> None:
     torch = _torch()
     _dynamo(_hf_model("vit"), (torch.randn(BATCH, 3, 32, 32),), ("pixel_values",), path,
@@ -273,6 +334,7 @@ def gpt2_small_inline(path: Path) -> None:
 
 
 IMAGE = ("batch",)
+PAST_DIMS = ("batch", "sequence", "past_sequence_length")
 CORPUS: dict[str, Spec] = {
     "bert_legacy": Spec(bert_legacy, family="torch.onnx legacy (unk__ dims)"),
     "bert_dynamo": Spec(bert_dynamo, family="torch.onnx dynamo (unnamed dims)"),
@@ -280,6 +342,10 @@ CORPUS: dict[str, Spec] = {
     "gpt2_legacy": Spec(gpt2_legacy, family="HF GPT-2, legacy"),
     "llama_legacy": Spec(llama_legacy, family="HF Llama, legacy"),
     "llama_dynamo": Spec(llama_dynamo, family="HF Llama, dynamo"),
+    "gpt2_with_past": Spec(gpt2_with_past, family="optimum-style with-past decoder, GPT-2",
+                           dims=PAST_DIMS),
+    "llama_with_past": Spec(llama_with_past, family="optimum-style with-past decoder, Llama",
+                            dims=PAST_DIMS),
     "vit_dynamo": Spec(vit_dynamo, family="HF ViT, dynamo", dims=IMAGE),
     "bert_ort_opt": Spec(bert_ort_opt, ("bert_legacy",), "ORT transformer optimizer"),
     "bert_ort_fp16": Spec(bert_ort_fp16, ("bert_legacy",), "ORT optimizer + fp16"),

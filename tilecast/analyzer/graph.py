@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from ..errors import ModelLoadError, UnknownDimError
+from . import dim_exprs
 from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
@@ -67,9 +68,7 @@ def load_model(source: str | os.PathLike[str] | onnx.ModelProto) -> onnx.ModelPr
     return model
 
 
-def graph_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
-    """The named symbolic dims of the graph's inputs (initializers excluded), in order. An
-    ``unk__N`` name on a graph input is still the input's own dim, so it can be bound."""
+def _named_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
     inits = {t.name for t in model.graph.initializer}
     names: dict[str, None] = {}
     for vi in model.graph.input:
@@ -79,6 +78,23 @@ def graph_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
             if d.HasField("dim_param") and d.dim_param:
                 names.setdefault(d.dim_param)
     return tuple(names)
+
+
+def _derived(names: tuple[str, ...]) -> tuple[str, ...]:
+    """The expression names (``past_sequence_length + sequence``) made only of other input dims:
+    their value follows from those. A name like ``seq-len`` whose parts are no input dims is a
+    plain dim."""
+    return tuple(n for n in names if dim_exprs.is_expression(n)
+                 and set(dim_exprs.names_in(n)) <= set(names))
+
+
+def graph_input_dims(model: onnx.ModelProto) -> tuple[str, ...]:
+    """The named symbolic dims of the graph's inputs (initializers excluded), in order, less
+    those derived from the others. An ``unk__N`` name on a graph input is still the input's own
+    dim, so it can be bound."""
+    names = _named_input_dims(model)
+    derived = set(_derived(names))
+    return tuple(n for n in names if n not in derived)
 
 
 def _check_dims(dims: Mapping[str, int], input_dims: tuple[str, ...]) -> None:
@@ -140,8 +156,9 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     dims = dict(dims or {})
     input_dims = graph_input_dims(model)
     _check_dims(dims, input_dims)
+    bound = dim_exprs.evaluate(_derived(_named_input_dims(model)), dims)
     # with input dims left unbound, unknown shapes are expected: the error will name the dims
-    known = propagate(model, dims, fallback=set(input_dims) <= set(dims))
+    known = propagate(model, bound, fallback=set(input_dims) <= set(dims))
     unbound: dict[str, str] = {}
     values: dict[str, TensorInfo] = {t.name: _initializer_info(t)
                                      for t in model.graph.initializer}

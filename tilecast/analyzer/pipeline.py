@@ -11,6 +11,7 @@ import onnx
 
 from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
+from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
@@ -94,7 +95,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     pred = resolve_predictor(predictor)
     proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
-    graph_results = fold_load_time(fold_linear_bias(cost_graph(graph)))
+    graph_results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))),
+                                     frozenset(graph.outputs))
     results = graph_results
     if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
         results = eager_views(results, frozenset(graph.outputs))

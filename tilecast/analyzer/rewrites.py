@@ -16,12 +16,27 @@ from .analysis import NodeResult
 FOLDED_BIAS = "bias add folded into the preceding MatMul (PyTorch's addmm epilogue)"
 
 
-def _bias_operand(add: NodeResult, mm_out: str, n: int):
+def _is_weight(t, results: tuple[NodeResult, ...], producer: dict[str, int]) -> bool:
+    """An initializer, or an Identity of one (the legacy exporter dedupes equal weights, e.g.
+    the zero biases of a model built from its config, into Identity nodes)."""
+    for _ in range(8):
+        if t.is_initializer:
+            return True
+        i = producer.get(t.name)
+        node = results[i].node if i is not None else None
+        if node is None or node.op_type != "Identity" or node.domain or not node.inputs:
+            return False
+        t = node.inputs[0]
+    return False
+
+
+def _bias_operand(add: NodeResult, mm_out: str, n: int, results: tuple[NodeResult, ...],
+                  producer: dict[str, int]):
     others = [t for t in add.node.inputs if t is not None and t.name != mm_out]
     if len(others) != 1:
         return None
     bias = others[0]
-    return bias if bias.is_initializer and bias.shape == (n,) else None
+    return bias if bias.shape == (n,) and _is_weight(bias, results, producer) else None
 
 
 def fold_linear_bias(results: tuple[NodeResult, ...]) -> tuple[NodeResult, ...]:
@@ -37,7 +52,7 @@ def fold_linear_bias(results: tuple[NodeResult, ...]) -> tuple[NodeResult, ...]:
             if (mm is None or mm.node.op_type != "MatMul" or mm.outcome != "costed"
                     or mm.cost.matmul is None or uses[t.name] != 1 or len(mm.node.inputs) > 2):
                 continue
-            bias = _bias_operand(add, t.name, mm.cost.matmul.n)
+            bias = _bias_operand(add, t.name, mm.cost.matmul.n, results, producer)
             if bias is None or add.node.outputs[0].shape != t.shape:
                 continue
             node = replace(mm.node, inputs=(*mm.node.inputs, bias), outputs=add.node.outputs)

@@ -32,7 +32,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from .model import FIXED_MAX, HEADS, KNEE_SCALE, P_BUSY, Q_HOST, SETUP_MAX
+from .form import FIXED_MAX, HEADS, KNEE_SCALE, P_BUSY, Q_HOST, SETUP_MAX
 
 SCHEMA_VERSION = "2"  # 2: monotone work-term form, host dispatch, utilization floor
 OPSET = 17

@@ -37,18 +37,20 @@ import torch
 from torch import nn
 
 from .features import FIXED_EXCLUDED, SETUP_EXCLUDED
+from .form import (  # noqa: F401  (re-exported: the constants of the form)
+    FIXED_MAX,
+    HEADS,
+    KNEE_SCALE,
+    P_BUSY,
+    Q_HOST,
+    SETUP_HIDDEN,
+    SETUP_MAX,
+    VENDORS,
+)
 
 Z_LIMIT = 30.0  # logit clip, as in export.py
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "silu": nn.SiLU}
-HEADS = ("u_compute", "u_memory", "r_cache", "setup", "fixed", "wave_rate",
-         "knee_compute", "slope_compute", "knee_memory", "slope_memory")
-KNEE_SCALE = 4.0  # knee logit -> log(ms) of the size where utilization saturates: +-4 * 30
-SETUP_HIDDEN = 16  # the setup head's own small MLP (it may not see the tile)
-SETUP_MAX = 4.0  # launches of per-wave prologue/epilogue, at most
-FIXED_MAX = 20.0  # a kernel's fixed GPU cost: at most 21 launch overheads
-P_BUSY = 4.0  # smooth max of compute and memory time
-Q_HOST = 6.0  # smooth max of host dispatch and GPU time (the host runs ahead)
-VENDORS = ("nvidia", "amd")
+
 
 
 class LatencyMLP(nn.Module):
