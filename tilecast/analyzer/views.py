@@ -84,7 +84,7 @@ def _transpose_chain(r: NodeResult, shape: tuple[int, ...], perm: list[int],
         if key in MATMULS and _gemm_reads_in_place(shape, perm):
             continue
         inner = u.node.attr("perm")
-        if key != ("", "Transpose") or inner is None or u.outcome != "costed":
+        if key != ("", "Transpose") or not _is_perm(inner, len(perm)) or u.outcome != "costed":
             return None
         sub = _transpose_chain(u, shape, [perm[p] for p in inner], consumers, graph_outputs)
         if sub is None:
@@ -96,9 +96,15 @@ def _transpose_chain(r: NodeResult, shape: tuple[int, ...], perm: list[int],
 def _transpose_root(r: NodeResult) -> tuple[tuple[int, ...], list[int]] | None:
     x, perm = (r.node.inputs[0] if r.node.inputs else None), r.node.attr("perm")
     if (r.node.op_type != "Transpose" or r.node.domain or r.outcome != "costed" or x is None
-            or x.shape is None or perm is None or len(perm) < 2 or -1 in x.shape):
+            or x.shape is None or -1 in x.shape or len(x.shape) < 2
+            or not _is_perm(perm, len(x.shape))):
         return None
     return tuple(x.shape), list(perm)
+
+
+def _is_perm(perm: object, rank: int) -> bool:
+    """A valid permutation of the rank's axes (a malformed graph's attribute may not be)."""
+    return isinstance(perm, (list, tuple)) and sorted(perm) == list(range(rank))
 
 
 def _last_dim_slice(r: NodeResult) -> bool:
