@@ -231,9 +231,12 @@ def test_families_are_all_covered():
 @pytest.mark.parametrize(("inputs", "body", "op", "dims"), [
     # (2,8,16) @ (16,32): a linear layer, A's leading dims fold into m
     ("float[2,8,16] x, float[16,32] w", "y = MatMul(x, w)", "MatMul", MatmulDims(1, 16, 32, 16)),
-    # (2,4,8,16) @ (2,4,16,8): b = 2*4 independent products
+    # (2,4,8,16) @ (2,4,16,8): b = 2*4 independent products (a batched GEMM)
     ("float[2,4,8,16] q, float[2,4,16,8] k", "y = MatMul(q, k)", "MatMul",
-     MatmulDims(8, 8, 8, 16)),
+     MatmulDims(8, 8, 8, 16, batched=True)),
+    # (1,8,16) @ (1,16,4): a batched product of batch 1 is still a batched GEMM
+    ("float[1,8,16] q, float[1,16,4] k", "y = MatMul(q, k)", "MatMul",
+     MatmulDims(1, 8, 4, 16, batched=True)),
     # 1-D vector @ matrix: a single row
     ("float[16] v, float[16,4] w", "y = MatMul(v, w)", "MatMul", MatmulDims(1, 1, 4, 16)),
     ("float[32,16] a, float[32,8] b", "y = Gemm<transA=1>(a, b)", "Gemm", MatmulDims(1, 16, 8, 32)),

@@ -66,9 +66,10 @@ def _matmul_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     if d is None:
         return _generic_bw(r, need)
     if a is not None and a.name in need:  # dA = dY . B^T
-        out.append(("dA", _mm(MatmulDims(d.b, d.m, d.k, d.n), _nb(y) + _nb(b) + _nb(a), c)))
+        out.append(("dA", _mm(MatmulDims(d.b, d.m, d.k, d.n, d.batched),
+                              _nb(y) + _nb(b) + _nb(a), c)))
     if b is not None and b.name in need:  # dB = A^T . dY (summed over batch for a 2-D weight)
-        dims = MatmulDims(d.b, d.k, d.n, d.m)
+        dims = MatmulDims(d.b, d.k, d.n, d.m, d.batched)
         out.append(("dB", _mm(dims, _nb(a) + _nb(y) + _nb(b), c)))
     bias = node.input(2)
     if bias is not None and bias.name in need:

@@ -105,6 +105,9 @@ class MatmulDims:
     m: int
     n: int
     k: int
+    # A batched product (both operands carry the batch), even of batch 1: cuBLAS runs a
+    # (strided) batched GEMM, not the linear layer's GEMM with a shared weight.
+    batched: bool = False
 
 
 @dataclass(frozen=True)

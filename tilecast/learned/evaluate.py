@@ -54,7 +54,7 @@ def to_kernels(s: KernelSamples) -> list[Kernel]:
     out = []
     for i in range(len(s)):
         op, fam = s.op[i], s.family[i]
-        mm = MatmulDims(int(s.b[i]), int(s.m[i]), int(s.n[i]), int(s.k[i])) \
+        mm = MatmulDims(int(s.b[i]), int(s.m[i]), int(s.n[i]), int(s.k[i]), op == "bmm") \
             if fam == "matmul" else None
         rows = RowDims(int(s.rows[i]), int(s.cols[i])) if fam in ("softmax", "layernorm") \
             else None

@@ -90,6 +90,13 @@ _MM = attrgetter("b", "m", "n", "k")
 _ROWS = attrgetter("rows", "cols")
 
 
+def _layout_code(op_type: str, mm) -> int:
+    """1: a Gemm (linear layout); -1: a batched product; 0: decided by the batch."""
+    if op_type == "Gemm":
+        return 1
+    return -1 if mm is not None and mm.batched else 0
+
+
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
     """(numbers (n, 15), dtype names, unit names) read from the kernels in one pass (the hot
     loop of serving: C-level attribute getters, one tuple per kernel); the last two columns
@@ -110,7 +117,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
         append((kinds.get(fam, _OTHER), flops, nbytes, size.get(dtype, 4), elements,
                 *(_MM(mm) if mm is not None else _NO_MM),
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
-                kernel.op_type == "Gemm", est, d, u))
+                _layout_code(kernel.op_type, mm), est, d, u))
     arr = np.array(recs, dtype=np.float64).reshape(len(recs), 15)
     return arr, list(dtypes), list(units)
 
@@ -195,7 +202,10 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
 
     idx, c = sub(is_mm)
     c["elements"] = c["b"] * c["m"] * c["n"]
-    layout = np.where((c["gemm"] > 0) | (c["b"] == 1), "tn", "nn").astype(object)
+    # A linear layer's GEMM (Gemm, or a weight shared by every row: b = 1) is "tn"; a batched
+    # product is "nn" at any batch, 1 included (as the bmm training rows are).
+    layout = np.where((c["gemm"] > 0) | ((c["b"] == 1) & (c["gemm"] == 0)), "tn",
+                      "nn").astype(object)
     matmul = [_parts(idx, c, dtype[idx], unit[idx], layout, fallback=kind[idx] == 1)]
     idx, c = sub(is_ew)
     elementwise = [_parts(idx, c | {"elements": np.maximum(c["elements"], 1)}, dtype[idx],

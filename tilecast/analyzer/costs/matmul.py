@@ -33,7 +33,7 @@ def matmul_dims(node: NodeView, a: Shape, b: Shape) -> MatmulDims:
     if len(b2) == 2:  # shared weight: every leading dim of A is just more rows
         return MatmulDims(1, prod(a2[:-1]), b2[-1], a2[-1])
     batch = broadcast(node, a2[:-2], b2[:-2])
-    return MatmulDims(prod(batch), a2[-2], b2[-1], a2[-1])
+    return MatmulDims(prod(batch), a2[-2], b2[-1], a2[-1], batched=True)
 
 
 def matmul_cost(node: NodeView, d: MatmulDims, a_index: int = 0, extra_flops: int = 0) -> OpCost:
