@@ -138,16 +138,19 @@ CONV_DTYPES = ("float32", "float16")
 @SETTINGS
 @given(dtype=st.sampled_from(CONV_DTYPES), base=dims, factor=st.integers(2, 8))
 def test_conv_larger_batch_never_takes_less_time(dtype, base, factor) -> None:
-    """Strict in the batch N: neither the conv features nor the algorithm pick depend on it.
-    (More channels or pixels may switch cuDNN's algorithm, a step this does not bound.)"""
+    """fp32 (the conv model): strict in the batch N, as neither the conv features nor the
+    algorithm pick depend on it (more channels or pixels may switch the algorithm, a step this
+    does not bound). fp16 runs the matmul model's implicit-GEMM view, tile switches allowed."""
     grown = (base[0] * factor, *base[1:])
     small, big = kernel("conv", dtype, *base), kernel("conv", dtype, *grown)
     pred = _predictor()
     for dev in DEVICES:
         a, b = pred.predict([small, big], dev)
-        assert a.tile == b.tile, (dev.name, small, big, a, b)
-        assert b.latency_ms >= a.latency_ms * (1 - 1e-5), (dev.name, small, big, a, b)
-        assert b.gpu_ms >= a.gpu_ms * (1 - 1e-5), (dev.name, small, big, a, b)
+        if dtype == "float32":
+            assert a.tile == b.tile, (dev.name, small, big, a, b)
+        slack = SWITCH_SLACK if a.tile != b.tile else 1e-5
+        assert b.latency_ms >= a.latency_ms * (1 - slack), (dev.name, small, big, a, b)
+        assert b.gpu_ms >= a.gpu_ms * (1 - slack), (dev.name, small, big, a, b)
 
 
 @SETTINGS

@@ -7,7 +7,7 @@ A kernel becomes one part, or several whose latencies add up (attention). The ru
 - dense conv with ``cost.conv`` (groups = 1): the conv model (``conv.py``: cuDNN's algorithm
   and its work). Where the predictor has no conv model, and for convs without geometry
   (backward dX / dW), the matmul model on the implicit-GEMM view, flagged as a fallback;
-  int8 convs (QDQ, ConvInteger) too: cuDNN runs them as IMMA implicit GEMMs.
+  so do tensor-core and int8 convs (no conv data: cuDNN runs them as implicit GEMMs).
 - grouped and depthwise conv (groups > 1): few multiply-adds per byte (a depthwise 3x3 does 9
   per output element), so the memory-bound rule below, flagged as a fallback.
 - elementwise: the elementwise model on ``elements``, ``bytes`` and ``flops``.
@@ -36,7 +36,7 @@ _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization"
 _OTHER = 6
 _NO_MM = (0, 0, 0, 0)
 _NO_ROWS = (0, 0)
-INTEGER_DTYPES = ("int8", "uint8", "int32")
+CONV_MEASURED_DTYPES = ("float32",)
 # Vector dtypes whose behaviour is measured (or a half-width float of it): others go bytewise.
 MEASURED_VECTOR_DTYPES = ("float32", "float16", "bfloat16", "float64")
 
@@ -187,9 +187,10 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
                     "rows", "cols", "gemm"), a.T[:12], strict=True))
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
-    # cuDNN's int8 convolutions run IMMA implicit GEMMs, never Winograd or FFT, and the conv
-    # data has none: they take the matmul model's implicit-GEMM view at the int8 peak.
-    is_conv = dense & conv_model & ~np.isin(dtype, INTEGER_DTYPES)
+    # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions
+    # run as implicit GEMMs on matrix units (cuDNN picks no Winograd or FFT for them): they
+    # take the matmul model's implicit-GEMM view at the dtype's matrix peak.
+    is_conv = dense & conv_model & np.isin(dtype, CONV_MEASURED_DTYPES)
     is_mm = ((kind == 0) | (kind == 1)) & has_mm & ~is_conv & ~grouped
     is_attn = (kind == 5) & has_mm
     is_soft, is_norm = (kind == 3) & has_rows, (kind == 4) & has_rows
