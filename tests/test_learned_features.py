@@ -165,3 +165,19 @@ def test_tile_table_schema_is_checked() -> None:
 
     with pytest.raises(PredictorError, match="schema"):
         tl.parse_tile_table({"schema": 999, "tree_features": list(tl.TREE_FEATURES)}, "x")
+
+
+# blocks = b * ceil(n / tm) * ceil(m / tn) against 108 SMs (A100): the largest tile with at
+# least one block per SM, else 64x64.
+@pytest.mark.parametrize(("b", "m", "n", "want"), [
+    (1, 8192, 8192, "256x128"),  # 32 x 64 = 2048 blocks
+    (1, 1024, 1024, "128x64"),  # 256x128: 4 x 8 = 32; 128x128: 64; 128x64: 8 x 16 = 128
+    (1, 256, 256, "64x64"),  # 128x64: 2 x 4 = 8 < 108: no tile fills a wave
+    (64, 256, 256, "256x128"),  # 64 x 1 x 2 = 128 blocks
+])
+def test_tensor_core_tiles_table(b: int, m: int, n: int, want: str) -> None:
+    from tilecast.learned.tiles import tensor_core_tiles
+
+    tiles, splits = tensor_core_tiles(np.array([b]), np.array([m]), np.array([n]),
+                                      np.array([108]))
+    assert (tiles[0], splits[0]) == (want, 1.0)

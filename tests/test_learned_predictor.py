@@ -254,3 +254,22 @@ def test_serving_never_imports_torch() -> None:
             "sys.exit('torch' in sys.modules)")
     root = Path(__file__).resolve().parents[1]
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0
+
+
+def test_tensor_core_gemm_takes_the_tensor_core_tile_family() -> None:
+    """fp16 on an A100 runs on tensor cores: cuBLAS's 256x128 tile for a large GEMM (the SIMT
+    trees' 128x64 capped it at a third of the peak), still bounded by the fp16 roofline and
+    labelled extrapolated (no tensor-core training data)."""
+    from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    m = 8192
+    cost = OpCost("matmul", 2 * m**3, 2 * 3 * m * m, "float16", "matrix",
+                  matmul=MatmulDims(1, m, m, m), elements=m * m)
+    dev = load_device("a100-sxm4-80gb")
+    pred = default_predictor().predict([Kernel("mm", ("mm",), "MatMul", cost)], dev)[0]
+    tflops = cost.flops / pred.gpu_ms / 1e9
+    peak = dev.peak_tflops("float16", "matrix")
+    assert pred.tile == "256x128" and pred.extrapolated
+    assert 0.5 * peak < tflops <= peak

@@ -158,6 +158,10 @@ class OnnxPredictor:
         if family == "matmul" and n:
             x = tl.tree_features(p.b, p.m, p.n, p.k, dc.sm_count)
             tile, split = self.tile_table.select(device.arch, p.layout, x)
+            tc = dc.tensor_core > 0  # no tensor-core kernel in the data: cuBLAS's tile family
+            if tc.any():
+                tile[tc], split[tc] = tl.tensor_core_tiles(p.b[tc], p.m[tc], p.n[tc],
+                                                           dc.sm_count[tc])
             tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))

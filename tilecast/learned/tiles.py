@@ -175,6 +175,30 @@ def parse_tile_table(d: dict, origin: str) -> TileTable:
         raise PredictorError(f"tile table {origin} is malformed: {exc}") from exc
 
 
+# CTA tiles of cuBLAS's tensor-core GEMMs, largest first. The shared data has no tensor-core
+# kernel, so the SIMT trees cannot choose them; the names of cuBLAS's own kernels give the
+# family (e.g. volta_h884gemm_256x128_ldg8_nn, turing_fp16_s1688gemm_fp16_256x128_ldg8_f2f_nn,
+# ampere_fp16_s16816gemm_fp16_256x128_ldg8_f2f_stages_32x3_nn, and their 128x128 / 128x64 /
+# 64x64 variants for smaller problems).
+TENSOR_CORE_TILES = ((256, 128), (128, 128), (128, 64), (64, 64))
+
+
+def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
+                      sm_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(tile strings, split-K counts) for tensor-core GEMMs: the largest tile that still
+    gives every SM a block (one full wave), else the smallest; no split-K. Bigger tiles
+    reuse each loaded operand byte over more multiply-adds, which tensor cores need: their
+    peak is 8-16x the SIMT peak, their DRAM bandwidth the same."""
+    b, m, n, sms = (np.maximum(np.asarray(a, dtype=np.float64), 1.0) for a in (b, m, n, sm_count))
+    tiles = np.full(len(b), "x".join(map(str, TENSOR_CORE_TILES[-1])), dtype=object)
+    chosen = np.zeros(len(b), dtype=bool)
+    for tm, tn in TENSOR_CORE_TILES[:-1]:
+        fits = ~chosen & (b * np.ceil(n / tm) * np.ceil(m / tn) >= sms)
+        tiles[fits] = f"{tm}x{tn}"
+        chosen |= fits
+    return tiles, np.ones(len(b))
+
+
 def tile_labels(tiles: np.ndarray, splits: np.ndarray) -> np.ndarray:
     """Report labels: "128x64", or "128x64/3" for a split-K launch of 3 reduction slices."""
     return np.array([t if s <= 1 else f"{t}/{int(s)}" for t, s in zip(tiles, splits,
