@@ -235,3 +235,28 @@ def test_exported_graph_computes_the_trained_form(family: str) -> None:
     got, = session.run([io["latency_ms"]], {io["features"]: x} | {io[t]: v for t, v
                                                                    in terms.items()})
     np.testing.assert_allclose(got, want, rtol=2e-3)
+
+
+# target - pred = e; loss = 2 max(q e, (q - 1) e): an over-forecast (e < 0) costs 2 (1 - q) |e|,
+# an under-forecast 2 q |e|; q = 0.5 is the plain mean |e|.
+@pytest.mark.parametrize(("q", "pred", "target", "want"), [
+    (0.5, [0.0, 0.0], [1.0, -1.0], 1.0),
+    (0.3, [0.0], [1.0], 0.6),  # under-forecast by 1: 2 * 0.3
+    (0.3, [1.0], [0.0], 1.4),  # over-forecast by 1: 2 * 0.7
+    (0.3, [2.0, 0.0], [2.0, 0.0], 0.0),
+])
+def test_quantile_loss_table(q: float, pred: list, target: list, want: float) -> None:
+    torch = pytest.importorskip("torch", reason="training needs torch")
+    from tilecast.learned.train import quantile_loss
+
+    got = quantile_loss(torch.tensor(pred), torch.tensor(target), q)
+    assert float(got) == pytest.approx(want)
+
+
+def test_default_quantiles_per_family() -> None:
+    pytest.importorskip("torch", reason="training needs torch")
+    from tilecast.learned.train import TrainConfig
+
+    c = TrainConfig()
+    assert (c.quantile("matmul"), c.quantile("conv")) == (0.3, 0.3)
+    assert {c.quantile(f) for f in ("elementwise", "softmax", "layernorm")} == {0.5}
