@@ -30,29 +30,43 @@ CONFIG = {
 PAPER_TFLOPS = 140.0  # Narayanan et al. SC'21 Table 1, 175B row (t=8, p=8, 1024 GPUs)
 
 
+def export_graph(cache: Path, layers_exported: int = 2, dtype: str = "float16") -> Path:
+    """The two-layer 175B training graph, exported once into ``cache``."""
+    cache.mkdir(parents=True, exist_ok=True)
+    path = cache / f"gpt3-175b-v51200-L{layers_exported}-b1-s2048-{dtype}-train.onnx"
+    if not path.is_file():
+        from tilecast.exporters import export_model
+
+        t = time.perf_counter()
+        export_model(CONFIG, batch=1, seq=2048, task="causal-lm", dtype=dtype,
+                     layers=layers_exported, output=path, train_mode=True)
+        print(f"exported {path} in {time.perf_counter() - t:.1f} s (cached)")
+    return path
+
+
+def forecast(path: Path, predictor: str = "default", virtual_stages: int = 1):
+    """Narayanan et al.'s 175B run: tp 8, pp 8, dp 16, 96 microbatches of 1, recomputation,
+    Adam, Megatron fusions, on DGX A100 nodes (a ``ParallelForecast``)."""
+    from tilecast.parallel import Layout, analyze_parallel
+
+    layout = Layout(dp=16, tp=8, pp=8, microbatches=1536 // 16, recompute=True,
+                    virtual_stages=virtual_stages)
+    return analyze_parallel(path, layout, cluster="dgx-a100", predictor=predictor,
+                            optimizer="adam", layers=96, fusion=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--predictor", default="default")
     ap.add_argument("--layers-exported", type=int, default=2)
     ap.add_argument("--dtype", default="float16")
     args = ap.parse_args()
-    cache = Path.home() / ".cache" / "tilecast" / "exports"
-    cache.mkdir(parents=True, exist_ok=True)
-    path = cache / f"gpt3-175b-v51200-L{args.layers_exported}-b1-s2048-{args.dtype}-train.onnx"
-    if not path.is_file():
-        from tilecast.exporters import export_model
-
-        t = time.perf_counter()
-        export_model(CONFIG, batch=1, seq=2048, task="causal-lm", dtype=args.dtype,
-                     layers=args.layers_exported, output=path, train_mode=True)
-        print(f"exported {path} in {time.perf_counter() - t:.1f} s (cached)")
-    from tilecast.parallel import Layout, analyze_parallel
-
-    layout = Layout(dp=16, tp=8, pp=8, microbatches=1536 // 16, recompute=True)
+    path = export_graph(Path.home() / ".cache" / "tilecast" / "exports", args.layers_exported,
+                        args.dtype)
     t = time.perf_counter()
-    f = analyze_parallel(path, layout, cluster="dgx-a100", predictor=args.predictor,
-                         optimizer="adam", layers=96, fusion=True)
+    f = forecast(path, args.predictor)
     wall = time.perf_counter() - t
+    layout = f.layout
     worst = max(f.ranks, key=lambda r: r.memory.total)
     print(f"forecast wall time      {wall:.2f} s")
     print(f"layout                  {layout.label()} on {f.cluster.name} "
@@ -67,10 +81,7 @@ def main() -> None:
     tf = f.tflops_per_gpu
     print(f"throughput              {tf:.1f} TFLOP/s per GPU (paper: {PAPER_TFLOPS:.0f}; "
           f"{(tf - PAPER_TFLOPS) / PAPER_TFLOPS * 100:+.1f} %)")
-    inter = analyze_parallel(path, Layout(dp=16, tp=8, pp=8, microbatches=96, recompute=True,
-                                          virtual_stages=2),
-                             cluster="dgx-a100", predictor=args.predictor, optimizer="adam",
-                             layers=96, fusion=True)
+    inter = forecast(path, args.predictor, virtual_stages=2)
     print(f"interleaved (2 chunks)  {inter.step_ms / 1e3:.2f} s, "
           f"{inter.tflops_per_gpu:.1f} TFLOP/s per GPU")
     for r in f.ranks:

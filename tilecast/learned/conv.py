@@ -138,6 +138,17 @@ class AlgorithmWork:
     reduction: np.ndarray  # the reduction length of one tile's GEMM (C*R*S, or C)
 
 
+def tensor_bytes(cc: ConvColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Bytes of X (N C H W), W (K C R S) and Y (N K P Q) at the rows' dtype."""
+    return (cc.itemsize * cc.n * cc.c * cc.h * cc.w, cc.itemsize * cc.k * cc.c * cc.r * cc.s,
+            cc.itemsize * cc.n * cc.k * cc.p * cc.q)
+
+
+def direct_flops(cc: ConvColumns) -> np.ndarray:
+    """The direct convolution's FLOPs: 2 N K P Q C R S (1 FMA = 2 FLOPs)."""
+    return 2.0 * cc.n * cc.k * cc.p * cc.q * cc.c * cc.r * cc.s
+
+
 def _pad_to(x: np.ndarray, multiple: np.ndarray) -> np.ndarray:
     return np.ceil(x / multiple) * multiple
 
@@ -147,8 +158,7 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     mult = np.array([TC_CHANNEL_MULTIPLE.get(d, 1) for d in cc.dtype], dtype=np.float64)
     mult = np.where(matrix_dtype, mult, 1.0)
     c, k = _pad_to(cc.c, mult), _pad_to(cc.k, mult)
-    x_b, w_b, y_b = (cc.itemsize * v for v in (cc.n * cc.c * cc.h * cc.w, cc.k * cc.c * cc.r
-                                                * cc.s, cc.n * cc.k * cc.p * cc.q))
+    x_b, w_b, y_b = tensor_bytes(cc)
     io = x_b + w_b + y_b
     # NCHW tensors on the tensor-core path: X transposed in (read + write) and Y back out.
     transpose = np.where(matrix_dtype & ~cc.nhwc, 2 * (x_b + y_b), 0.0)

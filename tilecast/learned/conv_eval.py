@@ -16,6 +16,7 @@ import numpy as np
 
 from ..analyzer.predictor import Predictor, RooflinePredictor
 from ..analyzer.types import ConvDims, Kernel, MatmulDims, OpCost
+from . import conv as cv
 from . import conv_data as cd
 from .evaluate import EvalRow
 from .prepare import DeviceLookup, default_lookup
@@ -27,13 +28,13 @@ if TYPE_CHECKING:
 def to_kernels(s: cd.ConvSamples) -> list[Kernel]:
     """Analyzer kernels of measured convs (the costs ``analyzer/costs/conv.py`` computes)."""
     out = []
+    cc = s.columns()
+    flops, nbytes = cv.direct_flops(cc), sum(cv.tensor_bytes(cc))
     for i in range(len(s)):
         n, c, k, h, w, p, q, r, ss, st, pad = (int(getattr(s, f)[i]) for f in (
             "n", "c", "k", "h", "w", "p", "q", "r", "s", "stride", "pad"))
         mm = MatmulDims(1, n * p * q, k, c * r * ss)
-        size = float(s.itemsize[i])
-        nbytes = int(size * (n * c * h * w + k * c * r * ss + n * k * p * q))
-        cost = OpCost("conv", 2 * mm.m * mm.n * mm.k, nbytes, str(s.dtype[i]), "matrix",
+        cost = OpCost("conv", int(flops[i]), int(nbytes[i]), str(s.dtype[i]), "matrix",
                       matmul=mm, elements=n * k * p * q,
                       conv=ConvDims(n, c, k, h, w, p, q, r, ss, stride=st, pad=pad))
         out.append(Kernel(f"conv_{i}", (f"conv_{i}",), "Conv", cost))

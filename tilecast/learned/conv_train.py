@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import conv as cv
 from . import conv_data as cd
 from .export import FamilyWeights
 from .prepare import DeviceLookup, default_lookup
@@ -65,8 +66,8 @@ def fit_conv(train: cd.ConvSamples, config: TrainConfig, lookup: DeviceLookup = 
 def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.ndarray:
     """Direct-convolution roofline on the same rows: max(2*N*K*P*Q*C*R*S / peak,
     (X + W + Y) bytes / bandwidth) plus one launch (the analyzer's ``RooflinePredictor``)."""
-    flops = 2.0 * s.n * s.k * s.p * s.q * s.c * s.r * s.s
-    io = s.itemsize * (s.n * s.c * s.h * s.w + s.k * s.c * s.r * s.s + s.n * s.k * s.p * s.q)
+    cc = s.columns()
+    flops, io = cv.direct_flops(cc), sum(cv.tensor_bytes(cc))
     dc = cd.device_arrays(s, lookup)
     return (np.maximum(flops / dc.peak_flops, io / dc.bandwidth) + dc.launch_s) * 1e3
 
