@@ -4,6 +4,7 @@ with the forecast and the CLI, on tiny hand-written CSVs and a tiny ONNX model (
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 from pathlib import Path
 
@@ -99,6 +100,22 @@ def test_reader_classifies_and_repeats_the_first_block(tmp_path):
     assert got["frobnicate"][1] == UNCLASSIFIED
     # num_layer 0: the CSV is the whole model, nothing repeats
     assert {n.repeats for n in read_per_node_csv(tmp_path / "run.csv")} == {1}
+
+
+def test_reader_keeps_the_recorded_shapes_for_same_shape_checks(tmp_path):
+    # benchmarks/data_consistency.py matches a Linear node to the kernel sweep by
+    # (rows, in, out): rows = 2 * 8 = 16, in = 16, out = the output's last dim, 32.
+    rows = [r + ("(2, 8, 32)" if r[-1] == "dense" else "",) for r in ROWS]
+    nodes = read_per_node_csv(_write_csv(tmp_path / "s.csv", rows, HEADER + ["output_shape"]))
+    dense = next(n for n in nodes if n.name == "dense")
+    assert (dense.input_shapes, dense.output_shape) == ("[[2, 8, 16]]", "(2, 8, 32)")
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data_consistency.py"
+    spec = importlib.util.spec_from_file_location("data_consistency", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.gemm_dims(dense) == (16, 16, 32)
+    softmax = next(n for n in nodes if n.name == "softmax")
+    assert bench.gemm_dims(softmax) is None  # not a GEMM module
 
 
 def test_reader_names_the_missing_column_and_the_bad_value(tmp_path):

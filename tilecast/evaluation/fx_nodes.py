@@ -82,6 +82,8 @@ class FxNode:
     forward_ms: float
     backward_ms: float
     accumulate_ms: float  # gradient accumulation into .grad (training)
+    input_shapes: str = ""  # as recorded, e.g. "[[8, 512, 1024]]"
+    output_shape: str = ""  # as recorded, e.g. "(8, 512, 1024)"
 
 
 def _target(row: dict[str, str]) -> str:
@@ -153,5 +155,6 @@ def read_per_node_csv(path: Path, *, num_layer: int = 0, training: bool = False,
         repeats = num_layer if num_layer > 0 and _in_first_block(row["meta"]) else 1
         nodes.append(FxNode(row["Name"], row["op"], target, family, repeats,
                             _ms(row, "fw_latency", where), _ms(row, "bw_latency", where),
-                            _ms(row, "acc_latency", where)))
+                            _ms(row, "acc_latency", where), shapes,
+                            (row.get("output_shape") or "").strip()))
     return tuple(nodes)

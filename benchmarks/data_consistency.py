@@ -1,0 +1,155 @@
+"""Do the shared dataset's two measurement sources agree? Three checks, printed per GPU.
+
+    python benchmarks/data_consistency.py [--data ../shared/datasets/neusight-asplos25]
+
+1. The same fp32 Linear GEMM (rows x in -> out) timed in the kernel sweep
+   (``kernels/nvidia/{train,eval}/linear``) and node by node in a label's per-node CSV:
+   kernel-sweep ms / per-node ms, median and range over the shapes both hold.
+2. Backward / forward of the same node in the training labels (sum of bw_latency over sum of
+   fw_latency per op kind): how much slower PyTorch's backward kernel of an op is than its
+   forward on the same tensors.
+3. Measured end-to-end step / the sum of the per-node timings (repeated blocks counted), per
+   GPU and mode: what a sum of isolated kernels leaves out (or counts twice).
+
+Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
+were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
+within a few percent on both (docs/predictor.md, "Open causes"). Nothing here is fitted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "neusight-asplos25"
+sys.path.insert(0, str(REPO))
+
+from tilecast.evaluation.by_family import num_layer  # noqa: E402
+from tilecast.evaluation.fx_nodes import HOST, FxNode, read_per_node_csv  # noqa: E402
+from tilecast.evaluation.labels import Label, discover_labels  # noqa: E402
+
+GEMM_MODULES = ("Linear", "Conv1D")  # nn.Linear and transformers' Conv1D (GPT-2): one GEMM
+# Op kinds of check 2: fx target -> kind.
+BACKWARD_KINDS = {"softmax": "softmax", "Dropout": "dropout", "dropout": "dropout",
+                  "LayerNorm": "layernorm", "layer_norm": "layernorm", "gelu": "gelu",
+                  "GELUActivation": "gelu", "NewGELUActivation": "gelu", "truediv": "truediv",
+                  "Linear": "linear", "Conv1D": "linear"}
+KIND_ORDER = ("linear", "softmax", "dropout", "layernorm", "gelu", "truediv")
+
+
+def gemm_dims(node: FxNode) -> tuple[int, int, int] | None:
+    """(rows, in, out) of a Linear-like node from its recorded shapes."""
+    if node.target not in GEMM_MODULES or not node.input_shapes or not node.output_shape:
+        return None
+    try:
+        x = ast.literal_eval(node.input_shapes)[0]
+        y = ast.literal_eval(node.output_shape)
+    except (ValueError, SyntaxError, IndexError, TypeError):
+        return None
+    rows = 1
+    for d in x[:-1]:
+        rows *= int(d)
+    return rows, int(x[-1]), int(y[-1])
+
+
+def sweep_linears(data: Path) -> dict[tuple[str, int, int, int], float]:
+    """(device name, rows, in, out) -> ms of every NVIDIA fp32 Linear in the kernel sweep."""
+    from tilecast.learned.dataset import load_kernels
+    from tilecast.learned.prepare import default_lookup
+
+    out: dict[tuple[str, int, int, int], float] = {}
+    for split in ("train", "eval"):
+        s = load_kernels([data], split)
+        s = s.select(s.op == "linear")
+        names = {d: default_lookup(d).name for d in set(s.device.tolist())}
+        for i in range(len(s)):  # tilecast dims: m rows, k reduction (in), n outputs
+            key = (names[s.device[i]], int(s.m[i]), int(s.k[i]), int(s.n[i]))
+            out[key] = float(s.latency_ms[i])
+    return out
+
+
+def labelled_runs(data: Path) -> list[tuple[Label, tuple[FxNode, ...]]]:
+    labels, _ = discover_labels(data / "labels", data / "models")
+    runs = []
+    for label in labels:
+        csv_path = label.file.with_suffix(".csv")
+        if csv_path.is_file():
+            runs.append((label, read_per_node_csv(csv_path, num_layer=num_layer(label),
+                                                  training=label.mode == "training")))
+    return runs
+
+
+def _spread(values: list[float]) -> str:
+    return (f"{len(values):5d}  {statistics.median(values):6.2f}  {min(values):5.2f}  "
+            f"{max(values):5.2f}")
+
+
+def same_gemm(runs, sweep) -> list[str]:
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for label, nodes in runs:
+        for node in nodes:
+            dims = gemm_dims(node)
+            key = dims and (label.device.name, *dims)
+            if key in sweep and node.forward_ms > 0:
+                ratios[label.gpu].append(sweep[key] / node.forward_ms)
+    lines = ["1. Same Linear GEMM: kernel-sweep ms / per-node ms",
+             f"{'gpu':26s} pairs  median    min    max"]
+    lines += [f"{gpu:26s} {_spread(v)}" for gpu, v in sorted(ratios.items())]
+    return lines
+
+
+def backward_ratios(runs) -> list[str]:
+    sums: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    for label, nodes in runs:
+        if label.mode != "training":
+            continue
+        for node in nodes:
+            kind = BACKWARD_KINDS.get(node.target)
+            if kind and node.forward_ms > 0 and node.backward_ms > 0:
+                acc = sums[(label.gpu, kind)]
+                acc[0] += node.forward_ms * node.repeats
+                acc[1] += node.backward_ms * node.repeats
+    gpus = sorted({g for g, _ in sums})
+    lines = ["2. Training labels: backward ms / forward ms of the same nodes",
+             f"{'gpu':26s}" + "".join(f"{k:>10s}" for k in KIND_ORDER)]
+    for gpu in gpus:
+        cells = [sums.get((gpu, k)) for k in KIND_ORDER]
+        lines.append(f"{gpu:26s}" + "".join(
+            f"{c[1] / c[0]:10.2f}" if c else f"{'-':>10s}" for c in cells))
+    return lines
+
+
+def step_over_nodes(runs) -> list[str]:
+    ratios: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for label, nodes in runs:
+        total = sum((n.forward_ms + n.backward_ms + n.accumulate_ms) * n.repeats
+                    for n in nodes if n.family != HOST)
+        if total > 0 and label.variant in ("plain", "fusion"):
+            ratios[(label.gpu, f"{label.mode} {label.variant}")].append(label.measured_ms / total)
+    lines = ["3. Measured step / sum of per-node kernel timings",
+             f"{'gpu':26s} {'mode':20s} runs  median    min    max"]
+    lines += [f"{gpu:26s} {mode:20s} {_spread(v)}" for (gpu, mode), v in sorted(ratios.items())]
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    args = ap.parse_args()
+    if not (args.data / "labels").is_dir():
+        print(f"Error: no shared dataset at {args.data} (labels/ missing)", file=sys.stderr)
+        return 2
+    runs = labelled_runs(args.data)
+    for block in (same_gemm(runs, sweep_linears(args.data)), backward_ratios(runs),
+                  step_over_nodes(runs)):
+        print("\n".join(block), end="\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
