@@ -7,7 +7,7 @@ do (matmul, elementwise, softmax, layer norm, attention, a fallback op):
 - end to end: ``OnnxPredictor.predict`` from analyzer ``Kernel`` objects to ``Prediction``s
   (routing, features, tile choice, the ONNX call, result objects).
 
-    python benchmarks/predictor_speed.py [--kernels 200000] [--device l4]
+    python benchmarks/predictor_speed.py [--kernels 200000] [--device l4] [--predictor X.onnx]
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ import numpy as np
 
 from tilecast.analyzer.types import Kernel, MatmulDims, OpCost, RowDims
 from tilecast.device_db.loader import load_device
-from tilecast.learned.export import io_names
-from tilecast.learned.predictor import default_predictor
+from tilecast.learned.predictor import OnnxPredictor, default_predictor
 from tilecast.learned.routing import route
 
 
@@ -53,20 +52,18 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=200_000)
     ap.add_argument("--device", default="NVIDIA L4")
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--predictor", help="a predictor .onnx (default: the shipped one)")
     args = ap.parse_args()
-    predictor, device = default_predictor(), load_device(args.device)
+    predictor = OnnxPredictor(args.predictor) if args.predictor else default_predictor()
+    device = load_device(args.device)
+    print(f"predictor    : {predictor.path}")
     kernels = synthetic_kernels(args.kernels)
     predictor.predict(kernels[:100], device)  # warm-up (session, caches)
 
-    parts = route(kernels).parts
-    feed = {}
-    for fam, p in parts.items():
-        f, _ = predictor._features(fam, p, device)
-        io = io_names(fam)
-        feed.update({io["features"]: f.x, io["work_ms"]: f.work_ms.astype(np.float32),
-                     io["launch_ms"]: f.launch_ms.astype(np.float32)})
+    parts = route(kernels, conv_model=predictor.conv_tree is not None).parts
+    feats = {fam: predictor._features(fam, p, device) for fam, p in parts.items()}
     rows = sum(len(p.kernel) for p in parts.values())
-    best = min(_timed(lambda: predictor.session.run(None, feed)) for _ in range(args.repeats))
+    best = min(_timed(lambda: predictor._run(feats)) for _ in range(args.repeats))
     print(f"session only : {rows:,} rows in {best * 1e3:8.1f} ms = {rows / best:12,.0f} rows/s")
     best = min(_timed(lambda: predictor.predict(kernels, device)) for _ in range(args.repeats))
     n = len(kernels)

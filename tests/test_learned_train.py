@@ -201,24 +201,28 @@ def test_cli_train_then_kernels_eval_json(tmp_path: Path) -> None:
     assert r.exit_code == 2  # a missing folder is bad input, not a traceback
 
 
+@pytest.mark.parametrize("n_members", [1, 2])
 @pytest.mark.parametrize("family", ["matmul", "elementwise"])
-def test_exported_graph_computes_the_trained_form(family: str) -> None:
+def test_exported_graph_computes_the_trained_form(family: str, n_members: int) -> None:
     """The ONNX export and the torch model are one form: random weights (every head) and
-    work terms spanning 1e-4..1e4 ms give the same latency in both."""
+    work terms spanning 1e-4..1e4 ms give the same latency in both, for one model and for an
+    ensemble (the geometric mean of its members' latencies in both)."""
     torch = pytest.importorskip("torch", reason="the torch form needs torch")
     import onnxruntime as ort
 
     from tilecast.learned import export
     from tilecast.learned import features as ft
-    from tilecast.learned.model import LatencyMLP
+    from tilecast.learned.model import Ensemble, LatencyMLP
     from tilecast.learned.train import to_weights
 
     names, n = ft.FEATURES[family], 256
     rng = np.random.default_rng(1)
-    model = LatencyMLP(names, (8, 8), "silu", u_floor=0.05, host_ms=0.02)
+    members = [LatencyMLP(names, (8, 8), "silu", u_floor=0.05, host_ms=0.02)
+               for _ in range(n_members)]
     with torch.no_grad():
-        for param in model.parameters():
+        for param in (p for m in members for p in m.parameters()):
             param.normal_(0.0, 1.0)
+    model = Ensemble(members)
     x = rng.normal(size=(n, len(names))).astype(np.float32)
     x[:, names.index("amd")] = rng.integers(0, 2, n)  # a 0/1 flag, as served
     terms = {t: np.exp(rng.uniform(np.log(1e-4), np.log(1e4), n)).astype(np.float32)
@@ -228,7 +232,8 @@ def test_exported_graph_computes_the_trained_form(family: str) -> None:
         want = np.exp(model.log_latency(torch.from_numpy(x), {
             k: torch.from_numpy(np.log(v)) for k, v in terms.items()}).numpy())
     weights = to_weights(model, family)
-    proto = export.build_model([weights], export.metadata_for([weights], ft.UNITS, {}))
+    assert len(weights) == n_members
+    proto = export.build_model(weights, export.metadata_for(weights, ft.UNITS, {}))
     io = export.io_names(family)
     session = ort.InferenceSession(proto.SerializeToString(),
                                    providers=["CPUExecutionProvider"])

@@ -41,7 +41,7 @@ class ConvFold:
 
 @dataclass(frozen=True)
 class ConvModel:
-    weights: FamilyWeights
+    weights: tuple[FamilyWeights, ...]  # one per ensemble member
     metadata: dict[str, str]  # conv_algorithm_tree, conv_training_devices
     info: dict
 

@@ -154,9 +154,13 @@ def _side_head(w: FamilyWeights, head: str, p: str, f: int, nodes: list, inits: 
     return _node(nodes, "Clip", [flat, p + "z_lo", p + "z_hi"], f"{p}logit_{head}")
 
 
-def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
-    """(nodes, initializers, inputs, outputs) of one family, names prefixed by the family."""
+def _family_graph(w: FamilyWeights, member: int | None = None) -> tuple[list, list, list, list]:
+    """(nodes, initializers, inputs, outputs) of one family, names prefixed by the family; an
+    ensemble ``member`` writes its outputs under its own prefix (``_ensemble_graph``)."""
     p, io, f = w.family + "_", io_names(w.family), len(w.feature_names)
+    if member is not None:
+        p = f"{p}m{member}_"
+        io |= {k: p + k for k in OUTPUTS}
     nodes: list = []
     inits: list = []
     z = _mlp(w, p, io, nodes, inits)
@@ -216,18 +220,53 @@ def _family_graph(w: FamilyWeights) -> tuple[list, list, list, list]:
         nodes, "Mul", [amd, _const(inits, p + "host_delta", amd_ms - nv)], p + "host_amd")],
         p + "host_ms")
     _smooth_max(nodes, inits, host, gpu, Q_HOST, io["latency_ms"])
+    inputs, outputs = _family_io(w)
+    return nodes, inits, inputs, outputs
+
+
+def _family_io(w: FamilyWeights) -> tuple[list, list]:
+    io, f = io_names(w.family), len(w.feature_names)
     n = f"N_{w.family}"
     inputs = [helper.make_tensor_value_info(io["features"], TensorProto.FLOAT, [n, f])]
     inputs += [helper.make_tensor_value_info(io[t], TensorProto.FLOAT, [n]) for t in TERMS]
     outputs = [helper.make_tensor_value_info(io[k], TensorProto.FLOAT, [n]) for k in OUTPUTS]
+    return inputs, outputs
+
+
+def _ensemble_graph(members: Sequence[FamilyWeights]) -> tuple[list, list, list, list]:
+    """Every member on the family's inputs; each output is the geometric mean of the
+    members' (``model.Ensemble``: the mean of the log latencies)."""
+    nodes, inits = [], []
+    for k, w in enumerate(members):
+        fn, fi, _, _ = _family_graph(w, member=k)
+        nodes += fn
+        inits += fi
+    family, io = members[0].family, io_names(members[0].family)
+    inv_k = _const(inits, f"{family}_inv_members", 1.0 / len(members))
+    for out in OUTPUTS:
+        logs = [_node(nodes, "Log", [f"{family}_m{k}_{out}"], f"{family}_m{k}_log_{out}")
+                for k in range(len(members))]
+        total = _node(nodes, "Sum", logs, f"{family}_sum_log_{out}")
+        mean = _node(nodes, "Mul", [total, inv_k], f"{family}_mean_log_{out}")
+        _node(nodes, "Exp", [mean], io[out])
+    inputs, outputs = _family_io(members[0])
     return nodes, inits, inputs, outputs
+
+
+def _by_family(families: Sequence[FamilyWeights]) -> dict[str, list[FamilyWeights]]:
+    """Entries of one family are the members of its ensemble (in order)."""
+    out: dict[str, list[FamilyWeights]] = {}
+    for w in families:
+        out.setdefault(w.family, []).append(w)
+    return out
 
 
 def build_model(families: Sequence[FamilyWeights], metadata: Mapping[str, str]) -> onnx.ModelProto:
     """One ONNX model holding every family's MLP side by side."""
     nodes, inits, inputs, outputs = [], [], [], []
-    for w in families:
-        fn, fi, fin, fout = _family_graph(w)
+    for members in _by_family(families).values():
+        fn, fi, fin, fout = (_family_graph(members[0]) if len(members) == 1
+                             else _ensemble_graph(members))
         nodes += fn
         inits += fi
         inputs += fin
@@ -244,7 +283,12 @@ def build_model(families: Sequence[FamilyWeights], metadata: Mapping[str, str]) 
 
 def metadata_for(families: Sequence[FamilyWeights], units: Mapping[str, str],
                  extra: Mapping[str, object]) -> dict[str, str]:
-    """metadata_props: every value a string (JSON for structured ones)."""
+    """metadata_props: every value a string (JSON for structured ones). An ensemble's entries
+    share features, ranges and floor; its host dispatch time is their geometric mean."""
+    groups = _by_family(families)
+    families = [m[0] for m in groups.values()]
+    host = {fam: np.exp(np.mean([np.log(w.host_ms) for w in m], axis=0)).tolist()
+            for fam, m in groups.items()}
     meta = {
         "schema_version": SCHEMA_VERSION,
         "families": json.dumps([w.family for w in families]),
@@ -258,7 +302,8 @@ def metadata_for(families: Sequence[FamilyWeights], units: Mapping[str, str],
         "u_floor": json.dumps({w.family: w.u_floor for w in families}),
         "feature_ranges": json.dumps({w.family: [np.asarray(w.lo).tolist(),
                                                  np.asarray(w.hi).tolist()] for w in families}),
-        "host_dispatch_ms": json.dumps({w.family: list(w.host_ms) for w in families}),
+        "host_dispatch_ms": json.dumps(host),
+        "ensemble_members": json.dumps({fam: len(m) for fam, m in groups.items()}),
     }
     for key, value in extra.items():
         meta[key] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)

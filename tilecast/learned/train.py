@@ -30,7 +30,7 @@ from .dataset import (
     data_hash,
     load_kernels,
 )
-from .model import LatencyMLP, log_terms
+from .model import Ensemble, LatencyMLP, log_terms
 from .prepare import (
     TRAIN_DEVICES,
     TRAIN_VENDORS,
@@ -65,6 +65,7 @@ class TrainConfig:
     # shapes and the leave-one-GPU-out folds chose 0.3 for matmul and conv, and the median
     # for the memory-bound families (docs/predictor.md, "Which quantile").
     quantiles: tuple[tuple[str, float], ...] = (("matmul", 0.3), ("conv", 0.3))
+    ensemble: int = 3  # members (seeds seed, seed + 1, ...); forecasts averaged in log space
 
     def quantile(self, family: str) -> float:
         return dict(self.quantiles).get(family, 0.5)
@@ -81,7 +82,7 @@ def log_ratio_error(pred_ms: np.ndarray, true_ms: np.ndarray) -> float:
     return float(np.mean(np.abs(pred_ms / true_ms - 1.0)) * 100.0)
 
 
-def predict_torch(model: LatencyMLP, data: FamilyData) -> np.ndarray:
+def predict_torch(model: LatencyMLP | Ensemble, data: FamilyData) -> np.ndarray:
     f = data.features
     with torch.no_grad():
         log_lat = model.log_latency(torch.from_numpy(f.x), log_terms(f))
@@ -105,8 +106,15 @@ def utilization_floor(data: FamilyData) -> float:
 
 
 def fit_family(data: FamilyData, config: TrainConfig, val: FamilyData | None = None,
-               progress: Progress | None = None) -> LatencyMLP:
-    """Train one family's model on ``data`` (deterministic for a given seed)."""
+               progress: Progress | None = None) -> Ensemble:
+    """Train one family's model on ``data``: ``config.ensemble`` members from the seeds
+    ``seed``, ``seed + 1``, ... (each deterministic), averaged as ``model.Ensemble``."""
+    return Ensemble([_fit_member(data, replace(config, seed=config.seed + i), val, progress)
+                     for i in range(max(1, config.ensemble))])
+
+
+def _fit_member(data: FamilyData, config: TrainConfig, val: FamilyData | None,
+                progress: Progress | None) -> LatencyMLP:
     torch.manual_seed(config.seed)
     x = data.features.x
     floor = utilization_floor(data)
@@ -191,7 +199,7 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
                 continue
             scores["conv"] = conv.info["validation_mape_pct"]
             info["conv"] = conv.info | {"train_seconds": round(time.perf_counter() - t0, 1)}
-            weights.append(conv.weights)
+            weights.extend(conv.weights)
             conv_meta = conv.metadata
             continue
         data = family_data(train, family, None, lookup)  # what ran: measured tiles, split-K
@@ -205,7 +213,7 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
                         "host_dispatch_ms": dict(zip(("nvidia", "amd"),
                                                      model.host_ms().round(5).tolist(),
                                                      strict=True))}
-        weights.append(to_weights(model, family))
+        weights.extend(to_weights(model, family))
     vendors = (*TRAIN_VENDORS, *collected_vendors(data_dirs))
     meta = {"training_data_sha256": data_hash(data_dirs, "train", vendors),
             "training_devices": list(config.devices),
@@ -258,12 +266,15 @@ def _validation(data_dirs: Sequence[Path | str], config: TrainConfig):
     return val.select(np.isin(val.device, config.devices))
 
 
-def to_weights(model: LatencyMLP, family: str) -> export.FamilyWeights:
-    return export.FamilyWeights(family, model.feature_names, model.mean.numpy(),
-                                model.std.numpy(), model.layers_numpy(), model.activation,
-                                model.lo.numpy(), model.hi.numpy(), u_floor=model.u_floor,
-                                host_ms=tuple(model.host_ms().tolist()),
-                                **model.side_heads_numpy())
+def to_weights(model: LatencyMLP | Ensemble, family: str) -> tuple[export.FamilyWeights, ...]:
+    """The export's weights: one entry per member (``export.build_model`` averages them)."""
+    members = model.members if isinstance(model, Ensemble) else [model]
+    return tuple(export.FamilyWeights(family, m.feature_names, m.mean.numpy(), m.std.numpy(),
+                                      m.layers_numpy(), m.activation, m.lo.numpy(),
+                                      m.hi.numpy(), u_floor=m.u_floor,
+                                      host_ms=tuple(m.host_ms().tolist()),
+                                      **m.side_heads_numpy())
+                 for m in members)
 
 
 def _version() -> str:
