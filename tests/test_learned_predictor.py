@@ -273,3 +273,22 @@ def test_tensor_core_gemm_takes_the_tensor_core_tile_family() -> None:
     peak = dev.peak_tflops("float16", "matrix")
     assert pred.tile == "256x128" and pred.extrapolated
     assert 0.5 * peak < tflops <= peak
+
+
+def test_speed_benchmark_runs_on_the_shipped_artifact(capsys) -> None:
+    """``benchmarks/predictor_speed.py`` feeds the session itself; a change of the ONNX inputs
+    once broke it silently. A tiny run must print both figures."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "predictor_speed.py"
+    spec = importlib.util.spec_from_file_location("predictor_speed", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    argv, sys.argv = sys.argv, ["predictor_speed.py", "--kernels", "300", "--repeats", "1"]
+    try:
+        bench.main()
+    finally:
+        sys.argv = argv
+    out = capsys.readouterr().out
+    assert "session only : " in out and "end to end   : 300 kernels" in out
