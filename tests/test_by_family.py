@@ -223,3 +223,26 @@ def test_repeated_block_makes_the_per_node_sum_the_step(dataset_dir):
     nodes = read_per_node_csv(path.with_suffix(".csv"), num_layer=e2e["num_layer"])
     kernel_ms = sum(n.forward_ms * n.repeats for n in nodes if n.family != HOST)
     assert kernel_ms == pytest.approx(e2e["e2e_latency"], rel=0.1)
+
+
+def test_batch_scaling_pairs_runs_that_differ_only_in_the_batch():
+    # benchmarks/batch_scaling.py: batch 2 -> 8 measured 100 -> 350 ms (3.5x), forecast
+    # 110 -> 330 ms (3.0x): the forecast grows 3.0 / 3.5 = 0.857 as fast. The fusion run and
+    # the other GPU's run share no group with them, so they pair with nothing.
+    from tilecast.evaluation.runner import Run
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "batch_scaling.py"
+    spec = importlib.util.spec_from_file_location("batch_scaling", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def run(gpu, batch, measured, predicted, variant="plain"):
+        return Run(gpu, "bert", "training", batch, 512, variant, measured, predicted, 0.0, None)
+
+    runs = [run("G", 8, 350.0, 330.0), run("G", 2, 100.0, 110.0),
+            run("G", 8, 300.0, 300.0, "fusion"), run("H", 2, 50.0, 50.0)]
+    (row,) = bench.scaling_rows(runs)
+    assert (row["gpu"], row["batches"]) == ("G", "2->8")
+    assert row["measured_ratio"] == pytest.approx(3.5)
+    assert row["forecast_ratio"] == pytest.approx(3.0)
+    assert row["quotient"] == pytest.approx(3.0 / 3.5)
