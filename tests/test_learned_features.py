@@ -181,3 +181,28 @@ def test_tensor_core_tiles_table(b: int, m: int, n: int, want: str) -> None:
     tiles, splits = tensor_core_tiles(np.array([b]), np.array([m]), np.array([n]),
                                       np.array([108]))
     assert (tiles[0], splits[0]) == (want, 1.0)
+
+
+# SIMT SGEMM issue bound (features._issue_bound): per k-step a thread issues its micro-tile's
+# FFMAs, 2 x fragment / 4 sixteen-byte LDS and (tm + tn) / threads / 2 staging LDG + STS.
+#   128x128, 256 threads: 64 FFMA, other 2*8/4 + 256/256/2 = 4.5 -> 68.5 / 64 = 1.0703
+#   32x32, 128 threads:    8 FFMA, other 2*sqrt(8)/4 + 64/128/2 = 1.664 -> 9.664 / 8 = 1.208
+# A GPU at fp32_issue_share 0.5 (V100, A100) has a spare slot for them: 1.0.
+@pytest.mark.parametrize(("device", "tile", "want"), [
+    ("NVIDIA L4", (128, 128), 68.5 / 64),
+    ("h100-sxm5-80gb", (32, 32), (8 + 2 * 8**0.5 / 4 + 0.25) / 8),
+    ("a100-pcie-80gb", (128, 128), 1.0),
+    ("a100-pcie-80gb", (32, 32), 1.0),
+    ("amd-instinct-mi100", (128, 128), 1.0),  # Tensile kernels: not cuBLAS's SIMT threads
+])
+def test_issue_bound_of_simt_sgemm(device: str, tile: tuple[int, int], want: float) -> None:
+    dc = _device_columns(1, device)
+    got = ft._issue_bound(np.array([float(tile[0])]), np.array([float(tile[1])]), dc)
+    assert got[0] == pytest.approx(want)
+
+
+def test_issue_bound_leaves_tensor_cores_alone() -> None:
+    dc = ft.device_columns([load_device("NVIDIA L4")], np.zeros(1, dtype=np.int64),
+                           np.array(["float16"], dtype=object), np.array(["matrix"], dtype=object))
+    assert dc.tensor_core[0] == 1.0
+    assert ft._issue_bound(np.array([128.0]), np.array([128.0]), dc)[0] == 1.0

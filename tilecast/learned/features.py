@@ -117,6 +117,7 @@ class DeviceColumns:
     tensor_core: np.ndarray  # 1.0 where the kernel's dtype runs on matrix units
     watts_per_tflop: np.ndarray  # board power / peak fp32
     base_clock_ratio: np.ndarray  # base / boost clock
+    fp32_issue_share: np.ndarray | None = None  # issue slots an FFMA stream takes at peak
 
 
 def _uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:
@@ -154,7 +155,8 @@ def device_columns(devices: Sequence[Device], which: np.ndarray, dtypes: np.ndar
         l1_bytes=col(lambda d: L1_KIB_PER_SM.get(d.arch, 128) * 1024.0),
         arch=np.array([d.arch for d in devices], dtype=object)[which],
         amd=col(lambda d: float(d.vendor == "amd")), tensor_core=tensor,
-        watts_per_tflop=col(_watts_per_tflop), base_clock_ratio=col(_base_clock_ratio))
+        watts_per_tflop=col(_watts_per_tflop), base_clock_ratio=col(_base_clock_ratio),
+        fp32_issue_share=col(lambda d: d.fp32_issue_share or 0.5))
 
 
 # A GPU with no board power in its description is taken as one with ample headroom: the
@@ -269,7 +271,7 @@ def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     slots = np.ones_like(blocks)  # one SGEMM block per SM (their register use allows one)
     waves = np.maximum(np.ceil(blocks / dc.sm_count), 1.0)
     block_flops = 2.0 * tm * tn * np.ceil(k / split)
-    compute_s = waves * block_flops / (dc.peak_flops / dc.sm_count)
+    compute_s = waves * block_flops / (dc.peak_flops / dc.sm_count) * _issue_bound(tm, tn, dc)
     partials = (split - 1.0) * 2.0 * b * m * n * SPLIT_PARTIAL_ITEMSIZE
     x = _device_x(kc, dc) | {
         "log2_tile_m": np.log2(tm / 128), "log2_tile_n": np.log2(tn / 128),
@@ -280,6 +282,25 @@ def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     block_bytes = kc.itemsize * ((tm + tn) * np.ceil(k / split) + tm * tn)
     return _finish("matmul", x, kc, dc, compute_s, kc.bytes + partials, blocks, slots,
                    block_bytes)
+
+
+def _issue_bound(tm: np.ndarray, tn: np.ndarray, dc: DeviceColumns) -> np.ndarray:
+    """How much longer a SIMT SGEMM's FFMAs take when issue slots run out (>= 1).
+
+    Per k-step a thread issues its micro-tile's FFMAs plus shared-memory loads of its A and B
+    fragments (16-byte LDS) and its share of the global-to-shared staging (16-byte LDG + STS).
+    A GPU whose FP32 lanes take every issue slot at peak (``fp32_issue_share`` 1: GA10x, Ada,
+    Hopper) cannot hide those other instructions; at 0.5 (Pascal to A100) they use spare slots.
+    """
+    if dc.fp32_issue_share is None:
+        return np.ones_like(tm)
+    threads = tl.sgemm_threads(tm, tn)
+    outputs = tm * tn / threads  # per thread
+    fragment = np.sqrt(outputs)  # a x b micro-tile, a = b (8x8, 4x4, ~2x4)
+    other = 2.0 * fragment / 4.0 + (tm + tn) / threads / 2.0
+    need = dc.fp32_issue_share * (outputs + other) / outputs
+    simt = (dc.tensor_core == 0) & (dc.amd == 0)
+    return np.where(simt, np.maximum(1.0, need), 1.0)
 
 
 def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:

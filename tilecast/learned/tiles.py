@@ -199,6 +199,19 @@ def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
     return tiles, np.ones(len(b))
 
 
+# Threads per block of cuBLAS's SIMT sgemm kernels by output tile (Block x recorded with
+# every kernel in the shared sweep: maxwell/volta/ampere_sgemm_*); others: 256.
+SGEMM_THREADS = {(128, 128): 256, (128, 64): 128, (64, 64): 64, (128, 32): 256,
+                 (32, 128): 256, (64, 32): 256, (32, 32): 128}
+
+
+def sgemm_threads(tm: np.ndarray, tn: np.ndarray) -> np.ndarray:
+    out = np.full(len(np.atleast_1d(tm)), 256.0)
+    for (a, b), t in SGEMM_THREADS.items():
+        out[(tm == a) & (tn == b)] = t
+    return out
+
+
 def tile_labels(tiles: np.ndarray, splits: np.ndarray) -> np.ndarray:
     """Report labels: "128x64", or "128x64/3" for a split-K launch of 3 reduction slices."""
     return np.array([t if s <= 1 else f"{t}/{int(s)}" for t, s in zip(tiles, splits,
