@@ -206,3 +206,29 @@ def test_issue_bound_leaves_tensor_cores_alone() -> None:
                            np.array(["float16"], dtype=object), np.array(["matrix"], dtype=object))
     assert dc.tensor_core[0] == 1.0
     assert ft._issue_bound(np.array([128.0]), np.array([128.0]), dc)[0] == 1.0
+
+
+# l1_kept: all kept up to half the L1, none at the whole L1, linear between (192 KiB L1):
+#   64 KiB -> 1;  144 KiB -> (192 - 144) / 96 = 0.5;  192 KiB -> 0;  256 KiB -> 0
+@pytest.mark.parametrize(("resident_kib", "want"), [(64, 1.0), (96, 1.0), (144, 0.5),
+                                                    (192, 0.0), (256, 0.0)])
+def test_l1_keeps_a_cyclic_working_set_only_while_it_is_small(resident_kib: int,
+                                                               want: float) -> None:
+    got = ft.l1_kept(np.array([resident_kib * 1024.0]), np.array([192 * 1024.0]))
+    assert got[0] == pytest.approx(want)
+
+
+def test_wide_softmax_rows_are_read_again_from_the_l2() -> None:
+    # A100 (192 KiB L1, 4 blocks of 512 threads per SM): 4096 fp32 columns (4 x 16 KiB) are
+    # kept; 16384 (4 x 64 KiB) are not, so their two extra passes land in cached_ms.
+    dc = _device_columns(2, "a100-pcie-80gb")
+    rows, cols = np.array([65536.0, 65536.0]), np.array([4096.0, 16384.0])
+    kc = ft.KernelColumns(flops=5 * rows * cols, bytes=8 * rows * cols, itemsize=np.full(2, 4.0),
+                          elements=rows * cols, b=np.zeros(2), m=np.zeros(2), n=np.zeros(2),
+                          k=np.zeros(2), rows=rows, cols=cols, tile_m=np.zeros(2),
+                          tile_n=np.zeros(2))
+    f = ft.build_features("softmax", kc, dc)
+    l2_hits = ft.l2_hits(kc.bytes, dc.l2_bytes) / dc.bandwidth * 1e3
+    rereads_ms = f.cached_ms - l2_hits
+    assert rereads_ms[0] == pytest.approx(0.0)
+    assert rereads_ms[1] == pytest.approx(2 * 65536 * 16384 * 4 / dc.bandwidth[1] * 1e3)
