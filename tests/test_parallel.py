@@ -383,3 +383,43 @@ def test_gpt3_175b_throughput_within_a_quarter_of_megatron(tmp_path) -> None:
     f = bench.forecast(bench.export_graph(tmp_path))
     assert f.fits
     assert abs(f.tflops_per_gpu / bench.PAPER_TFLOPS - 1.0) <= 0.25, f.tflops_per_gpu
+
+
+
+class _HostBoundPredictor:
+    """Matmuls take 1 ms on the GPU, everything else 1 us; every op costs the host 10 us to
+    dispatch. Records the kernels it was asked about."""
+
+    name = "host-bound"
+
+    def __init__(self):
+        self.kernels = []
+
+    def predict(self, kernels, device):
+        from tilecast.analyzer.predictor import Prediction
+
+        self.kernels = list(kernels)
+        return [Prediction(max(g, 0.01), "compute", gpu_ms=g, host_ms=0.01)
+                for g in (1.0 if k.family == "matmul" else 0.001 for k in kernels)]
+
+
+@pytest.mark.parametrize("runtime", ["eager", "graph"])
+def test_each_rank_issues_its_kernels_like_the_single_gpu_runtime(runtime):
+    # Eager: the host runs ahead of the 1 ms matmuls, so a 1 us kernel queued behind them costs
+    # 1 us, not the 10 us dispatch (charging every kernel max(GPU, host) overcounted them);
+    # only kernels issued before the host's lead builds up wait. Graph: no dispatch at all, and
+    # each kernel's launch overhead becomes 0.5 us.
+    pred = _HostBoundPredictor()
+    f = analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor=pred,
+                         optimizer="none", clip_grad=False, runtime=runtime)
+    gpu = [1.0 if k.family == "matmul" else 0.001 for k in pred.kernels]
+    small = sum(g < 0.01 for g in gpu)
+    assert small >= 10 and len(gpu) > small
+    per_kernel_max = sum(max(g, 0.01) for g in gpu)
+    assert sum(gpu) - 0.01 * len(gpu) <= f.step_ms < per_kernel_max - 0.005 * small
+
+
+def test_unknown_runtime_is_an_error():
+    with pytest.raises(TilecastError, match="unknown runtime"):
+        analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor="roofline",
+                         runtime="jit")

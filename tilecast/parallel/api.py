@@ -14,6 +14,7 @@ from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.rewrites import fold_linear_bias
+from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
 from ..analyzer.types import Kernel, OpCost
 from ..device_db import Device, load_device
@@ -79,7 +80,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      predictor: str | os.PathLike[str] | Predictor | None = None,
                      optimizer: str = "adam", layers: int | None = None,
                      clip_grad: bool = True, fusion: bool = False,
-                     fused_optimizer: bool = True) -> ParallelForecast:
+                     fused_optimizer: bool = True, runtime: str = "eager") -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth).
@@ -87,7 +88,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     bias-dropout-add fusions) as the single-GPU ``--fusion`` does. ``fused_optimizer``
     forecasts the optimizer step as multi-tensor kernels (Megatron-LM's apex FusedAdam,
     PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per parameter
-    without a launch and a partly filled GPU per small tensor.
+    without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or graph)
+    issues each rank's kernels as ``tilecast analyze --runtime`` does.
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -110,7 +112,10 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = training_kernels(graph, results, forward, optimizer=optimizer)
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = shard_kernels(kernels, results, r, index, layout.tp)
-    preds = pred.predict(kernels, cl.device)
+    # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
+    # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
+    check_runtime(runtime)
+    preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel)
