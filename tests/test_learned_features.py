@@ -194,6 +194,7 @@ def test_tensor_core_tiles_table(b: int, m: int, n: int, want: str) -> None:
     ("a100-pcie-80gb", (128, 128), 1.0),
     ("a100-pcie-80gb", (32, 32), 1.0),
     ("amd-instinct-mi100", (128, 128), 1.0),  # Tensile kernels: not cuBLAS's SIMT threads
+    ("NVIDIA L4", (1, 1), 1.0),  # no tile (features clamp a missing tile to 1 x 1)
 ])
 def test_issue_bound_of_simt_sgemm(device: str, tile: tuple[int, int], want: float) -> None:
     dc = _device_columns(1, device)

@@ -299,7 +299,8 @@ def _issue_bound(tm: np.ndarray, tn: np.ndarray, dc: DeviceColumns) -> np.ndarra
     fragment = np.sqrt(outputs)  # a x b micro-tile, a = b (8x8, 4x4, ~2x4)
     other = 2.0 * fragment / 4.0 + (tm + tn) / threads / 2.0
     need = dc.fp32_issue_share * (outputs + other) / outputs
-    simt = (dc.tensor_core == 0) & (dc.amd == 0)
+    # Only cuBLAS's SIMT tiles (32x32 and up); a matmul without a tile is left alone.
+    simt = (dc.tensor_core == 0) & (dc.amd == 0) & (tm >= 32) & (tn >= 32)
     return np.where(simt, np.maximum(1.0, need), 1.0)
 
 
