@@ -265,6 +265,16 @@ def test_cli_parallel_json_lists_collectives(tmp_path):
     assert data["layout"]["tp"] == 2 and data["gpus"] == 4
     assert {c["family"] for c in data["collectives"]} == {"collective"}
     assert {c["group"] for c in data["collectives"]} == {"tp", "dp"}
+    assert data["runtime"] == "eager"
+    graph = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
+                                      "dp=2,tp=2", "--cluster", "dgx-a100", "--predictor",
+                                      "roofline", "--runtime", "graph"])
+    assert graph.exit_code == 0, graph.output
+    assert "runtime" in graph.output and "graph" in graph.output
+    no_math = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
+                                        "--parallel", "dp=2", "--cluster", "dgx-a100",
+                                        "--math", "tf32"])
+    assert no_math.exit_code == 2 and "--math" in no_math.output
     auto = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
                                      "auto", "--gpus", "4", "--cluster", "dgx-a100",
                                      "--predictor", "roofline"])

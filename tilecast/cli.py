@@ -186,13 +186,13 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
     """
     if parallel["parallel"]:
-        if math or runtime:
-            raise click.UsageError("--math and --runtime are not supported with --parallel yet")
+        if math:
+            raise click.UsageError("--math is not supported with --parallel yet")
         from .parallel.cli import run_parallel
 
         write_output(run_parallel(model, device=device, dims=dims, mode=mode,
                                   predictor=predictor, optimizer=optimizer, fmt=fmt,
-                                  **parallel), output)
+                                  runtime=runtime or "eager", **parallel), output)
         return
     if not device:
         raise click.UsageError("Missing option '-d' / '--device' (or use --parallel).")

@@ -135,7 +135,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         model=str(model) if not isinstance(model, onnx.ModelProto) else graph.name,
         cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
         graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
-        collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)))
+        collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)),
+        runtime=runtime)
 
 
 def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:

@@ -112,6 +112,7 @@ class ParallelForecast:
     ranks: tuple[RankForecast, ...]
     collectives: tuple[CollectiveForecast, ...]
     warnings: tuple[str, ...] = ()
+    runtime: str = "eager"  # how each rank issues its kernels (analyzer.runtime)
 
     @property
     def step_ms(self) -> float:
@@ -148,7 +149,7 @@ class ParallelForecast:
                        "sequence_parallel": self.layout.sequence_parallel,
                        "recompute": self.layout.recompute,
                        "virtual_stages": self.layout.virtual_stages},
-            "predictor": self.predictor, "layers": self.layers,
+            "predictor": self.predictor, "runtime": self.runtime, "layers": self.layers,
             "graph_layers": self.graph_layers, "microbatch": self.microbatch,
             "global_batch": self.global_batch, "step_ms": _r(self.step_ms),
             "tflops_per_gpu": _r(self.tflops_per_gpu), "fits_memory": self.fits,

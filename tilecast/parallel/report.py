@@ -45,7 +45,8 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
             ("layout", lay.label()), ("layers", f"{f.layers} (graph: {f.graph_layers})"),
             ("batch", f"global {f.global_batch} = microbatch {f.microbatch} x "
                       f"{lay.microbatches} x dp {lay.dp}"),
-            ("predictor", f.predictor), ("step", f"{f.step_ms:.3f} ms"),
+            ("predictor", f.predictor), ("runtime", f.runtime),
+            ("step", f"{f.step_ms:.3f} ms"),
             ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU"),
             ("memory", f"{m.total / GIB:.2f} GiB of {m.capacity / GIB:.0f} GiB per GPU "
                        f"(weights {m.weights / GIB:.2f}, grads {m.gradients / GIB:.2f}, "
