@@ -265,3 +265,22 @@ def test_default_quantiles_per_family() -> None:
     c = TrainConfig()
     assert (c.quantile("matmul"), c.quantile("conv")) == (0.3, 0.3)
     assert {c.quantile(f) for f in ("elementwise", "softmax", "layernorm")} == {0.5}
+
+
+def test_logo_table_shows_the_held_out_shapes_column_and_its_mean():
+    # cv.logo adds a SHAPES row per fold x family (tilecast on the left-out GPU's eval split);
+    # the table shows it as its own column and summary() averages it apart from tilecast's.
+    from tilecast.learned.cv import summary
+    from tilecast.learned.evaluate import SHAPES, EvalRow, format_table
+
+    rows = [EvalRow("G1", "softmax", "tilecast", 100, 20.0),
+            EvalRow("G1", "softmax", "roofline", 100, 50.0),
+            EvalRow("G1", "softmax", SHAPES, 10, 12.0),
+            EvalRow("G2", "softmax", "tilecast", 100, 30.0),
+            EvalRow("G2", "softmax", SHAPES, 10, 16.0)]
+    head, _, g1, g2 = format_table(rows).splitlines()
+    assert head.split()[-1] == SHAPES
+    assert g1.split()[-3:] == ["20.0%", "50.0%", "12.0%"]
+    assert g2.split()[-3:] == ["30.0%", "-", "16.0%"]
+    assert summary(rows) == {"softmax": 25.0}
+    assert summary(rows, SHAPES) == {"softmax": 14.0}

@@ -79,7 +79,7 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
                           "pip install 'tilecast[train]'") from exc
     from .conv_data import load_conv
     from .conv_eval import format_folds
-    from .evaluate import format_table
+    from .evaluate import SHAPES, format_table
 
     rows = logo(data_dirs, progress=echo)
     samples = load_conv(data_dirs)  # conv: its own GPUs, on held-out shapes (conv_train.py)
@@ -88,6 +88,7 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
         return json.dumps({"folds": [r.to_json() for r in rows],
                            "conv_folds": [f.to_json() for f in folds]}, indent=1) + "\n"
     mean = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows).items())
+    shapes = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows, SHAPES).items())
     conv = "\n\n" + format_folds(folds) if folds else ""
     return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast): {mean}"
-            + conv + "\n")
+            + f"\n... on their held-out shapes only (column {SHAPES}): {shapes}" + conv + "\n")

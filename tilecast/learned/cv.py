@@ -3,7 +3,9 @@ hyper-parameters (``tilecast kernels-eval --cv logo``).
 
 Each fold trains on every training GPU but one and scores the held-out GPU on all of its
 kernels (train and eval shapes alike: the GPU itself is unseen), beside the roofline on the
-same rows. The development GPUs (L4, A100 80GB) are never part of this protocol.
+same rows, and again on its held-out shapes alone (column ``shapes``: the eval split, where
+rows wider than the training data and other unseen shapes live). The development GPUs (L4,
+A100 80GB) are never part of this protocol.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import numpy as np
 
 from ..analyzer.predictor import RooflinePredictor
 from .dataset import KernelSamples, load_kernels
-from .evaluate import EvalRow, load_eval, mape_rows, predict_by_device
+from .evaluate import SHAPES, EvalRow, load_eval, mape_rows, predict_by_device
 from .prepare import TRAIN_DEVICES, DeviceLookup, default_lookup
 
 # The folds: NVIDIA's five training GPUs (AMD's two train in every fold).
 LOGO_GPUS = tuple(d for d in TRAIN_DEVICES if not d.startswith("AMD"))
 
 
-def held_out_rows(data_dirs: Sequence[Path | str], gpu: str) -> KernelSamples:
-    """Every measured kernel of one GPU, train and eval splits."""
-    s = KernelSamples.concat([load_kernels(data_dirs, "train"), load_eval(data_dirs)])
-    return s.select(s.device == gpu)
+def held_out_rows(data_dirs: Sequence[Path | str], gpu: str
+                  ) -> tuple[KernelSamples, np.ndarray]:
+    """Every measured kernel of one GPU, train and eval splits, and which rows are eval."""
+    train, ev = (s.select(s.device == gpu)
+                 for s in (load_kernels(data_dirs, "train"), load_eval(data_dirs)))
+    return KernelSamples.concat([train, ev]), np.arange(len(train) + len(ev)) >= len(train)
 
 
 def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOGO_GPUS,
@@ -47,17 +51,20 @@ def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOG
                        families=tuple(f for f in config.families if f != "conv"))
         with tempfile.TemporaryDirectory() as tmp:
             train_all(data_dirs, tmp, fold, progress=None, lookup=lookup)
-            test = held_out_rows(data_dirs, gpu)
+            test, shapes = held_out_rows(data_dirs, gpu)
             preds = {"tilecast": predict_by_device(OnnxPredictor(Path(tmp)), test, lookup),
                      "roofline": predict_by_device(RooflinePredictor(), test, lookup)}
         rows += mape_rows(test, preds)
+        if shapes.any():
+            rows += [replace(r, predictor=SHAPES) for r in
+                     mape_rows(test.select(shapes), {"tilecast": preds["tilecast"][shapes]})]
     return rows
 
 
-def summary(rows: Sequence[EvalRow]) -> dict[str, float]:
-    """Mean MAPE over the folds per family (tilecast)."""
+def summary(rows: Sequence[EvalRow], predictor: str = "tilecast") -> dict[str, float]:
+    """Mean MAPE over the folds per family (``predictor``: tilecast, or SHAPES)."""
     out: dict[str, list[float]] = {}
     for r in rows:
-        if r.predictor == "tilecast":
+        if r.predictor == predictor:
             out.setdefault(r.family, []).append(r.mape_pct)
     return {fam: float(np.mean(v)) for fam, v in out.items()}

@@ -28,6 +28,8 @@ from .prepare import DeviceLookup, default_lookup
 REPORT_FAMILY = {"bmm": "matmul", "linear": "linear", "softmax": "softmax", "ln": "layernorm"}
 FAMILY_ORDER = ("matmul", "linear", "elementwise", "softmax", "layernorm")
 PREDICTORS = ("tilecast", "roofline", "direct")
+# Leave-one-GPU-out column: tilecast on the left-out GPU's held-out shapes only (cv.py).
+SHAPES = "shapes"
 _OP_TYPE = {"bmm": "MatMul", "linear": "Gemm", "softmax": "Softmax", "ln": "LayerNormalization"}
 _COST_FAMILY = {"matmul": "matmul", "elementwise": "elementwise", "softmax": "softmax",
                 "layernorm": "normalization"}
@@ -131,7 +133,7 @@ def format_table(rows: Sequence[EvalRow]) -> str:
     cells: dict[tuple[str, str], dict[str, EvalRow]] = {}
     for r in rows:
         cells.setdefault((r.gpu, r.family), {})[r.predictor] = r
-    names = [p for p in PREDICTORS if any(p in c for c in cells.values())]
+    names = [p for p in (*PREDICTORS, SHAPES) if any(p in c for c in cells.values())]
     head = f"{'GPU':26s} {'family':12s} {'n':>6s} " + " ".join(f"{p:>9s}" for p in names)
     lines = [head, "-" * len(head)]
     for (gpu, family), c in cells.items():
