@@ -1,4 +1,4 @@
-"""Do the shared dataset's two measurement sources agree? Three checks, printed per GPU.
+"""Do the shared dataset's two measurement sources agree? Four checks, printed per GPU.
 
     python benchmarks/data_consistency.py [--data ../shared/datasets/neusight-asplos25]
 
@@ -10,6 +10,10 @@
    forward on the same tensors.
 3. Measured end-to-end step / the sum of the per-node timings (repeated blocks counted), per
    GPU and mode: what a sum of isolated kernels leaves out (or counts twice).
+4. The backward of softmax and dropout on the attention tensor, in passes over that tensor: the
+   scalar divide on the same tensor (its forward reads it and writes it: 2 passes) gives the
+   GPU's streaming rate. Their kernels move 3 (softmax: dY, Y, dX) and 2.25 passes (dropout:
+   dY, a one-byte mask, dX).
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -137,6 +141,24 @@ def step_over_nodes(runs) -> list[str]:
     return lines
 
 
+def attention_passes(runs) -> list[str]:
+    passes: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for label, nodes in runs:
+        if label.mode != "training":
+            continue
+        # the scalar divide's forward on each 4-D tensor: 2 passes at the streaming rate
+        ref = {n.input_shapes: n.forward_ms for n in nodes
+               if n.target == "truediv" and n.forward_ms > 0 and n.input_shapes.count(",") == 3}
+        for n in nodes:
+            kind = BACKWARD_KINDS.get(n.target)
+            if kind in ("softmax", "dropout") and n.input_shapes in ref and n.backward_ms > 0:
+                passes[(label.gpu, kind)].append(2.0 * n.backward_ms / ref[n.input_shapes])
+    lines = ["4. Backward of softmax / dropout on the attention tensor, in passes over it "
+             "(kernels: 3 / 2.25)", f"{'gpu':26s} {'op':8s} nodes  median    min    max"]
+    lines += [f"{gpu:26s} {kind:8s} {_spread(v)}" for (gpu, kind), v in sorted(passes.items())]
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -146,7 +168,7 @@ def main() -> int:
         return 2
     runs = labelled_runs(args.data)
     for block in (same_gemm(runs, sweep_linears(args.data)), backward_ratios(runs),
-                  step_over_nodes(runs)):
+                  step_over_nodes(runs), attention_passes(runs)):
         print("\n".join(block), end="\n\n")
     return 0
 

@@ -246,3 +246,29 @@ def test_batch_scaling_pairs_runs_that_differ_only_in_the_batch():
     assert row["measured_ratio"] == pytest.approx(3.5)
     assert row["forecast_ratio"] == pytest.approx(3.0)
     assert row["quotient"] == pytest.approx(3.0 / 3.5)
+
+
+def test_attention_passes_use_the_scalar_divide_as_the_streaming_rate():
+    # benchmarks/data_consistency.py check 4: the divide's forward on [2, 4, 8, 8] (2 passes)
+    # takes 1 ms, so softmax's 3 ms backward is 6 passes and dropout's 2.25 ms is 4.5; a
+    # node on another shape, and inference runs, have no reference and are not counted.
+    from types import SimpleNamespace
+
+    from tilecast.evaluation.fx_nodes import FxNode
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "data_consistency.py"
+    spec = importlib.util.spec_from_file_location("data_consistency", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def node(target, fw, bw, shape="[[2, 4, 8, 8]]"):
+        return FxNode(target, "call_function", target, "elementwise", 1, fw, bw, 0.0, shape)
+
+    nodes = (node("truediv", 1.0, 1.0), node("softmax", 1.0, 3.0),
+             node("Dropout", 1.2, 2.25), node("softmax", 1.0, 9.0, "[[2, 4, 8, 16]]"))
+    train = SimpleNamespace(mode="training", gpu="G")
+    infer = SimpleNamespace(mode="inference", gpu="H")
+    lines = bench.attention_passes([(train, nodes), (infer, nodes)])
+    rows = {tuple(line.split()[:2]): line.split()[2:] for line in lines[2:]}
+    assert rows == {("G", "dropout"): ["1", "4.50", "4.50", "4.50"],
+                    ("G", "softmax"): ["1", "6.00", "6.00", "6.00"]}
