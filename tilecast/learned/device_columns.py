@@ -43,7 +43,7 @@ class DeviceColumns:
     tensor_core: np.ndarray  # 1.0 where the kernel's dtype runs on matrix units
     watts_per_tflop: np.ndarray  # board power / peak fp32
     base_clock_ratio: np.ndarray  # base / boost clock
-    fp32_issue_share: np.ndarray | None = None  # issue slots an FFMA stream takes at peak
+    fp32_issue_share: np.ndarray  # issue slots an FFMA stream takes at peak (none given: 0.5)
 
 
 def _uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:

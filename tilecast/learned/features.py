@@ -163,15 +163,18 @@ def l2_hits(traffic: np.ndarray, l2_bytes: np.ndarray) -> np.ndarray:
 def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: DeviceColumns,
             compute_s: np.ndarray, traffic: np.ndarray, blocks: np.ndarray,
             slots: np.ndarray, block_bytes: np.ndarray,
-            rereads: np.ndarray | float = 0.0) -> Features:
+            rereads: np.ndarray | float = 0.0,
+            dram_rereads: np.ndarray | float = 0.0) -> Features:
     """Split the traffic at the L2, count waves, stack ``x`` in ``FEATURES`` order.
     ``block_bytes``: DRAM bytes of one full block (fixed by the block shape, not the size);
-    ``rereads``: bytes a block reads again soon after its first read (served by the L2)."""
+    ``rereads``: bytes a block reads again soon after its first read, served by the L2;
+    ``dram_rereads``: such bytes the L2 no longer holds, read again from DRAM."""
     hits = l2_hits(traffic, dc.l2_bytes)
     capacity = dc.sm_count * slots
     waves = np.maximum(np.ceil(blocks / capacity), 1.0)
     cols = np.stack([x[name] for name in FEATURES[family]], axis=1).astype(np.float32)
-    return Features(family, cols, compute_s * 1e3, (traffic - hits) / dc.bandwidth * 1e3,
+    return Features(family, cols, compute_s * 1e3,
+                    (traffic - hits + dram_rereads) / dc.bandwidth * 1e3,
                     (hits + rereads) / dc.bandwidth * 1e3,
                     waves * capacity * block_bytes / dc.bandwidth * 1e3,
                     waves, dc.launch_s * 1e3, kc.flops / dc.peak_flops * 1e3,
@@ -210,8 +213,6 @@ def _issue_bound(tm: np.ndarray, tn: np.ndarray, dc: DeviceColumns) -> np.ndarra
     A GPU whose FP32 lanes take every issue slot at peak (``fp32_issue_share`` 1: GA10x, Ada,
     Hopper) cannot hide those other instructions; at 0.5 (Pascal to A100) they use spare slots.
     """
-    if dc.fp32_issue_share is None:
-        return np.ones_like(tm)
     threads = tl.sgemm_threads(tm, tn)
     outputs = tm * tn / threads  # per thread
     fragment = np.sqrt(outputs)  # a x b micro-tile, a = b (8x8, 4x4, ~2x4)
@@ -285,9 +286,8 @@ def _row_features(family: str, kc: KernelColumns, dc: DeviceColumns, blocks: np.
         "lane_efficiency": cols_ / np.maximum(covered, cols_),
         "l1_rows": np.minimum(1.0, dc.l1_bytes / row_bytes)}
     block_bytes = rows_per_block * kc.bytes / np.maximum(kc.rows, 1.0)
-    f = _finish(family, x, kc, dc, compute_s, kc.bytes, blocks, slots, block_bytes,
-                rereads * in_l2)
-    return replace(f, dram_ms=f.dram_ms + rereads * (1.0 - in_l2) / dc.bandwidth * 1e3)
+    return _finish(family, x, kc, dc, compute_s, kc.bytes, blocks, slots, block_bytes,
+                   rereads * in_l2, rereads * (1.0 - in_l2))
 
 
 def _vector_loop(cols: np.ndarray, threads: np.ndarray, itemsize: np.ndarray) -> np.ndarray:

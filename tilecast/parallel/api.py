@@ -94,6 +94,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
     """
+    check_runtime(runtime)
     cl = load_cluster(cluster)
     if device is not None:
         cl = replace(cl, device=load_device(device))
@@ -114,7 +115,6 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = shard_kernels(kernels, results, r, index, layout.tp)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
-    check_runtime(runtime)
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
