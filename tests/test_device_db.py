@@ -336,6 +336,9 @@ BAD = [
     ("fraction above 1", _set("matrix_sustained_fraction", 1.2), "'matrix_sustained_fraction' is"),
     ("zero power", _set("board_power_w", 0), "'board_power_w' must be a positive"),
     ("base above boost", _set("base_clock_mhz", 2100), "'base_clock_mhz' (2100.0) must not exce"),
+    ("bad memory type", _set("memory_type", "HBM"), "'memory_type' must be one of HBM2, HBM2e"),
+    ("memory type not text", _set("memory_type", 6), "'memory_type' must be a non-empty string"),
+    ("no memory source", _drop_source("memory_type"), "'memory_type' has no entry in 'sources'"),
 ]
 
 
@@ -384,6 +387,28 @@ def test_shipped_physical_fields(device: Device) -> None:
     assert device.base_clock_mhz is None or device.base_clock_mhz <= device.boost_clock_mhz
     # a sustained fraction of a matrix peak needs a matrix peak
     assert fraction is None or device.peak_tflops_fp16_matrix is not None
+
+
+def test_memory_type_is_optional_and_says_hbm(tmp_path: Path) -> None:
+    obj = _shipped_json()
+    obj.pop("memory_type")
+    obj["sources"].pop("memory_type")
+    device = load_device(_write(tmp_path, obj))
+    assert device.memory_type is None and device.hbm is None
+
+
+@pytest.mark.parametrize(("name", "memory", "hbm"), [
+    ("l4", "GDDR6", False), ("t4", "GDDR6", False), ("Tesla P4", "GDDR5", False),
+    ("NVIDIA GeForce RTX 4090", "GDDR6X", False), ("a100-pcie-40gb", "HBM2", True),
+    ("h100-sxm5-80gb", "HBM3", True), ("mi210", "HBM2e", True), ("b200", "HBM3e", True)])
+def test_shipped_memory_types(name: str, memory: str, hbm: bool) -> None:
+    device = load_device(name)
+    assert (device.memory_type, device.hbm) == (memory, hbm)
+    assert memory in device.sources["memory_type"]
+
+
+def test_every_shipped_gpu_states_its_memory_type() -> None:
+    assert all(d.memory_type is not None for d in list_devices())
 
 
 @pytest.mark.parametrize("device", list_devices(), ids=lambda d: d.name)

@@ -16,6 +16,8 @@ MATRIX_DTYPES = {"tf32": "tf32", "float16": "fp16", "bfloat16": "bf16", "float8e
 ARCHS = ("maxwell", "pascal", "volta", "turing", "ampere", "ada", "hopper", "blackwell",
          "cdna1", "cdna2", "cdna3", "generic")
 GENERIC_ARCH = "generic"
+# DRAM technologies (``Device.memory_type``): stacked HBM beside the die, or GDDR on the board.
+MEMORY_TYPES = ("HBM2", "HBM2e", "HBM3", "HBM3e", "GDDR5", "GDDR5X", "GDDR6", "GDDR6X", "GDDR7")
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,9 @@ class Device:
     fp32_issue_share: float | None = None
     # Fraction of the dense fp16/bf16 matrix peak that large vendor-BLAS GEMMs sustain.
     matrix_sustained_fraction: float | None = None
+    # DRAM technology (one of MEMORY_TYPES): stacked HBM and board GDDR reach different shares
+    # of their datasheet bandwidth on the same access stream.
+    memory_type: str | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
     supported_dtypes: tuple[str, ...] = ("float32",)
     aliases: tuple[str, ...] = ()
@@ -88,6 +93,11 @@ class Device:
         if dtype in ("float16", "bfloat16") and self.peak_tflops_fp16_vector:
             return self.peak_tflops_fp16_vector
         return self.peak_tflops_fp32
+
+    @property
+    def hbm(self) -> bool | None:
+        """Stacked HBM memory (True), board GDDR (False), or not stated (None)."""
+        return None if self.memory_type is None else self.memory_type.startswith("HBM")
 
     @property
     def mem_bandwidth_bytes_per_s(self) -> float:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import DeviceError
-from .device import ARCHS, GENERIC_ARCH, Device, Interconnect
+from .device import ARCHS, GENERIC_ARCH, MEMORY_TYPES, Device, Interconnect
 
 GPUS_DIR = Path(__file__).with_name("gpus")
 VENDORS = ("nvidia", "amd", "cpu")  # cpu: `tilecast collect --device cpu` test runs
@@ -84,6 +84,8 @@ INTERCONNECT_FIELDS = _fields_of(Interconnect, "interconnect.")
 NUMERIC_FIELDS = tuple(
     f.path for f in DEVICE_FIELDS + INTERCONNECT_FIELDS if f.kind in _NUMERIC_KINDS
 )
+# Fields that need a source when set: every number, and the facts read from a datasheet.
+SOURCED_FIELDS = (*NUMERIC_FIELDS, "memory_type")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -117,7 +119,9 @@ def _check_number(value: Any, kind: str, path: str, origin: str) -> int | float 
 def _check_value(field: _Field, value: Any, origin: str) -> Any:
     if field.kind in _NUMERIC_KINDS:
         return _check_number(value, field.kind, field.path, origin)
-    if field.kind == "str":
+    if field.kind == "opt_str" and value is None:
+        return None
+    if field.kind in ("str", "opt_str"):
         if not isinstance(value, str) or not value.strip():
             raise _error(origin, field.path, f"must be a non-empty string, got {value!r}")
         return value
@@ -145,15 +149,15 @@ def _check_object(obj: Any, fields: tuple[_Field, ...], prefix: str, origin: str
 
 
 def _check_sources(sources: Any, values: Mapping[str, Any], origin: str) -> dict[str, str]:
-    """Every numeric value needs a source; every source must name a numeric field."""
+    """Every numeric value (and memory_type) needs a source; every source must name one."""
     if not isinstance(sources, Mapping):
         raise _error(origin, "sources", "must be an object mapping field names to sources")
     for key, text in sources.items():
-        if key not in NUMERIC_FIELDS:
-            raise _error(origin, f"sources.{key}", "is not a numeric field")
+        if key not in SOURCED_FIELDS:
+            raise _error(origin, f"sources.{key}", "is not a numeric field or memory_type")
         if not isinstance(text, str) or not text.strip():
             raise _error(origin, f"sources.{key}", f"must be a non-empty string, got {text!r}")
-    for path in NUMERIC_FIELDS:
+    for path in SOURCED_FIELDS:
         if values.get(path) is not None and path not in sources:
             raise _error(origin, path, "has no entry in 'sources' (say where it comes from)")
     return dict(sources)
@@ -166,6 +170,10 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
     if values["arch"] not in ARCHS:
         raise _error(origin, "arch", f"must be one of {', '.join(ARCHS)}, got "
                      f"{values['arch']!r} ('generic' for another GPU: see docs/devices.md)")
+    memory = values.get("memory_type")
+    if memory is not None and memory not in MEMORY_TYPES:
+        raise _error(origin, "memory_type", f"must be one of {', '.join(MEMORY_TYPES)}, got "
+                     f"{memory!r}")
     for dtype in values.get("supported_dtypes", ()):
         if dtype not in ONNX_DTYPES:
             raise _error(origin, "supported_dtypes", f"has {dtype!r}, not an ONNX dtype name "

@@ -7,13 +7,13 @@ import copy
 import functools
 from typing import Any
 
-from .device import ARCHS
+from .device import ARCHS, MEMORY_TYPES
 from .loader import (
     DEVICE_FIELDS,
     DEVICE_SCHEMA_VERSION,
     INTERCONNECT_FIELDS,
-    NUMERIC_FIELDS,
     ONNX_DTYPES,
+    SOURCED_FIELDS,
     VENDORS,
     _Field,
 )
@@ -35,7 +35,7 @@ def _field_schema(field: _Field) -> dict[str, Any]:
         schema = _object_schema(INTERCONNECT_FIELDS, "interconnect.")
     if field.kind == "sources":
         schema = {"type": "object", "additionalProperties": {"type": "string", "minLength": 1},
-                  "propertyNames": {"enum": list(NUMERIC_FIELDS)}}
+                  "propertyNames": {"enum": list(SOURCED_FIELDS)}}
     return schema
 
 
@@ -57,6 +57,7 @@ def device_schema() -> dict[str, Any]:
     props = top["properties"]
     props["vendor"]["enum"] = list(VENDORS)
     props["arch"]["enum"] = list(ARCHS)
+    props["memory_type"]["enum"] = [*MEMORY_TYPES, None]
     props["supported_dtypes"]["items"]["enum"] = sorted(ONNX_DTYPES)
     props["schema"] = {"const": DEVICE_SCHEMA_VERSION}
     return {"$schema": DRAFT, "$id": f"urn:tilecast:device:v{DEVICE_SCHEMA_VERSION}",
