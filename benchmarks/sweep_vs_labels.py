@@ -61,11 +61,9 @@ def sweep_ratios(data: Path, predictor) -> dict[str, tuple[float, int]]:
     keep = np.isin(report_family(samples.op), ["matmul", "linear"])
     samples = samples.select(keep & (samples.latency_ms >= MIN_SWEEP_MS))
     ratio = predict_by_device(predictor, samples, default_lookup) / samples.latency_ms
-    out = {}
-    for gpu in sorted(set(samples.device)):
-        mine = ratio[samples.device == gpu]
-        out[load_device(gpu).name] = (geo(mine), len(mine))
-    return out
+    return {load_device(gpu).name: (geo(ratio[samples.device == gpu]),
+                                    int((samples.device == gpu).sum()))
+            for gpu in set(samples.device)}
 
 
 def label_ratios(data: Path, predictor) -> dict[str, tuple[float, int]]:
@@ -74,9 +72,9 @@ def label_ratios(data: Path, predictor) -> dict[str, tuple[float, int]]:
                                 progress=lambda m: print(m, file=sys.stderr))
     per_gpu: dict[str, list[float]] = defaultdict(list)
     for run in result.runs:
-        for row in run.rows:
-            if row.phase == "forward" and row.family == "matmul" and row.ratio:
-                per_gpu[load_device(run.gpu).name].append(row.ratio)
+        per_gpu[load_device(run.gpu).name] += [
+            row.ratio for row in run.rows
+            if row.phase == "forward" and row.family == "matmul" and row.ratio]
     return {gpu: (geo(v), len(v)) for gpu, v in per_gpu.items()}
 
 
@@ -92,10 +90,10 @@ def main() -> None:
     labels = label_ratios(args.data, predictor)
     print(f"{'GPU':<24}{'board W':>8}{'sweep f/m':>11}{'n':>7}{'labels f/m':>12}{'runs':>6}"
           f"{'labels/sweep':>14}")
-    for gpu in sorted(set(sweep) & set(labels), key=lambda g: load_device(g).board_power_w or 0):
+    watts = {gpu: load_device(gpu).board_power_w or 0 for gpu in set(sweep) & set(labels)}
+    for gpu in sorted(watts, key=watts.get):
         (s, n), (lab, runs) = sweep[gpu], labels[gpu]
-        watts = load_device(gpu).board_power_w
-        print(f"{gpu:<24}{watts or 0:>8g}{s:>11.2f}{n:>7}{lab:>12.2f}{runs:>6}{lab / s:>14.2f}")
+        print(f"{gpu:<24}{watts[gpu]:>8g}{s:>11.2f}{n:>7}{lab:>12.2f}{runs:>6}{lab / s:>14.2f}")
     print(f"\nf/m: forecast / measured (geometric mean; sweep GEMMs >= {MIN_SWEEP_MS} ms, labels:"
           " forward matmuls per run). labels/sweep above 1: the networks' GEMMs are forecast"
           " slower, relative to their measurements, than the sweep's (see the docstring).")

@@ -61,8 +61,8 @@ class Device:
     fp32_issue_share: float | None = None
     # Fraction of the dense fp16/bf16 matrix peak that large vendor-BLAS GEMMs sustain.
     matrix_sustained_fraction: float | None = None
-    # DRAM technology (one of MEMORY_TYPES): stacked HBM and board GDDR reach different shares
-    # of their datasheet bandwidth on the same access stream.
+    # DRAM technology from the datasheet (one of MEMORY_TYPES); not a predictor feature yet
+    # (docs/devices.md).
     memory_type: str | None = None
     interconnect: Interconnect = field(default_factory=Interconnect)
     supported_dtypes: tuple[str, ...] = ("float32",)
