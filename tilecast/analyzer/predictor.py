@@ -25,6 +25,7 @@ class Prediction:
     gpu_ms: float | None = None  # GPU time alone, without eager host dispatch (None: same)
     host_ms: float | None = None  # eager host dispatch time of its op(s) (None: not modelled)
     clamped: bool = False  # held at the envelope (the utilization floor) by the predictor
+    fixed_ms: float | None = None  # part of gpu_ms that is per-launch, not work (None: unknown)
 
 
 @runtime_checkable

@@ -1,17 +1,22 @@
 """Runtimes: how the host issues the predicted kernels (eager dispatch or a captured graph).
 
-Predictors return each kernel's GPU time, including the device's per-kernel launch overhead
-(``Device.launch_overhead_us``). The runtime is applied after prediction, so it holds for every
+Predictors return each kernel's GPU time as a per-op timing measures it: the work plus a
+per-launch part (the learned predictor's ``fixed_ms``; the roofline's
+``Device.launch_overhead_us``). The runtime is applied after prediction, so it holds for every
 predictor:
 
 - ``eager`` (PyTorch eager, the default): the host dispatches kernels one after another, each
-  taking :data:`HOST_DISPATCH_US`, and runs ahead of the GPU asynchronously. Kernel ``i`` cannot
-  start before the host has issued it: ``start_i = max(end_{i-1}, (i + 1) * dispatch)``. While
-  kernels are longer than the dispatch, the host's lead grows and short kernels later run back
-  to back; a run of kernels shorter than the dispatch leaves the GPU idle between them. Each
-  kernel is charged ``end_i - end_{i-1}`` (so the total is the last kernel's end).
+  taking :data:`HOST_DISPATCH_US` (the learned predictor's ``host_ms``), and runs ahead of the
+  GPU asynchronously. Kernel ``i`` starts at ``max(end_{i-1} + gap, issued_i + launch)``
+  (gap: :data:`GRAPH_KERNEL_LAUNCH_US`, launch: ``Device.launch_overhead_us``) and then runs
+  its work. While kernels are longer than the dispatch, the host's lead grows and later
+  kernels run back to back, one gap apart: the per-launch part a per-op timing adds (the
+  harness records its start event before the op is called, so the op's dispatch and launch
+  fall inside) is hidden behind the previous kernel. A run of kernels shorter than the
+  dispatch leaves the GPU idle between them. Each kernel is charged ``end_i - end_{i-1}``
+  (so the total is the last kernel's end).
 - ``graph`` (CUDA graphs, XLA, TensorRT-style): the whole pass is one launch, so there is no
-  host floor and each kernel's launch overhead becomes :data:`GRAPH_KERNEL_LAUNCH_US`; at
+  host floor and each kernel's per-launch part becomes :data:`GRAPH_KERNEL_LAUNCH_US`; at
   inference, a BatchNormalization fed only by a Conv is folded into the Conv's weights.
 
 The two constants live here, once, with their sources (docs/math-and-runtimes.md).
@@ -38,7 +43,9 @@ RUNTIMES = ("eager", "graph")
 # the API's host cost). tilecast uses 10 us: ~7 us of framework plus ~3 us of launch call.
 HOST_DISPATCH_US = 10.0
 # Per-kernel cost inside a CUDA graph: in the same NVIDIA blog, 2.9 us kernels take 3.4 us
-# each when launched as one graph (3.8 us as separate launches): ~0.5 us per kernel.
+# each when launched as one graph (3.8 us as separate launches): ~0.5 us per kernel. It is
+# also the gap between two kernels already queued in an eager stream (the GPU's end-of-grid
+# to next-grid start, with no host in between).
 GRAPH_KERNEL_LAUNCH_US = 0.5
 FOLDED_BN = "folded into Conv (graph runtime)"
 
@@ -53,15 +60,22 @@ def predictor_launch_ms(device: Device) -> float:
     return device.launch_overhead_us * 1e-3
 
 
-def _eager(preds: Sequence[Prediction]) -> list[Prediction]:
-    """A predictor that knows its kernels' GPU time apart from the host dispatch of their op
-    (``gpu_ms``, ``host_ms``: the learned predictor, from the per-op measurements) is
-    simulated with those; others with the kernel latency and :data:`HOST_DISPATCH_US`."""
+def _busy_ms(p: Prediction, launch_ms: float) -> float:
+    """The kernel's own GPU work: its GPU time less the per-launch part the predictor knows
+    (``fixed_ms``), or less the device's launch overhead when it does not say."""
+    gpu = p.gpu_ms if p.gpu_ms is not None else p.latency_ms
+    return max(gpu - (p.fixed_ms if p.fixed_ms is not None else launch_ms), 0.0)
+
+
+def _eager(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
+    """The host queue (module docstring): a queued kernel pays its work and the GPU's
+    inter-kernel gap, one the GPU waits for pays the launch latency after its dispatch."""
     out, end, issued = [], 0.0, 0.0
+    launch, gap = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
     for p in preds:
         issued += p.host_ms if p.host_ms is not None else HOST_DISPATCH_US * 1e-3
-        start = max(end, issued)
-        new_end = start + (p.gpu_ms if p.gpu_ms is not None else p.latency_ms)
+        start = max(end + gap, issued + launch)
+        new_end = start + _busy_ms(p, launch)
         waited = issued > end  # the GPU sat idle for the host
         bound = "overhead" if waited and issued - end >= p.latency_ms else p.bound
         out.append(replace(p, latency_ms=new_end - end, bound=bound))
@@ -71,16 +85,14 @@ def _eager(preds: Sequence[Prediction]) -> list[Prediction]:
 
 def _graph(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
     launch, graph_launch = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
-    return [replace(p, latency_ms=max((p.gpu_ms if p.gpu_ms is not None else p.latency_ms)
-                                      - launch, 0.0) + graph_launch)
-            for p in preds]
+    return [replace(p, latency_ms=_busy_ms(p, launch) + graph_launch) for p in preds]
 
 
 def apply_runtime(preds: Sequence[Prediction], device: Device,
                   runtime: str) -> list[Prediction]:
     """Kernel GPU times (in launch order) -> the time each adds to the pass under ``runtime``."""
     check_runtime(runtime)
-    return _eager(preds) if runtime == "eager" else _graph(preds, device)
+    return _eager(preds, device) if runtime == "eager" else _graph(preds, device)
 
 
 def fold_batchnorm(results: Sequence[NodeResult],

@@ -1,7 +1,10 @@
 """``tilecast evaluate --by-family``: measured vs forecast ms per kernel family, per run.
 
 Measured: the label's per-node CSV (``fx_nodes``), nodes of the repeated block counted once
-per block. Forecast: the same label's forecast (``runner.forecast_label``: same export cache).
+per block. Forecast: the same label's forecast (``runner.forecast_label``: same export cache),
+its kernels costed as the per-node harness times them, each alone (the predictor's latency:
+the op's dispatch and launch included, which a step hides behind the previous kernel), so the
+families compare like with like; the run's forecast total is the step (runtime applied).
 Phases: forward, backward, accumulate (``grad += new`` into ``.grad``: the CSV's
 ``acc_latency``, tilecast's ``GradAccumulate`` kernels; always an add, so its measured ms count
 as elementwise whichever node owns the parameter) and update (optimizer; not in the labels).
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +58,8 @@ class RunFamilies:
     e2e_ms: float  # the label's measured step
     kernel_ms: float  # per-node sum over nodes that launch a kernel
     host_ms: float  # per-node sum over nodes that launch none (the timing harness's floor)
-    gap_ms: float  # e2e_ms - kernel_ms: launch/host time between kernels, eager-mode gaps
-    predicted_ms: float  # forecast total
+    gap_ms: float  # e2e_ms - kernel_ms: what the per-node timings do not explain (either sign)
+    predicted_ms: float  # forecast step (runtime applied; rows hold kernels timed alone)
     zero_cost_nodes: int  # ONNX nodes the forecast treats as launching no kernel
     unclassified: tuple[str, ...]  # fx targets missing from fx_nodes.FX_FAMILIES
     rows: tuple[FamilyRow, ...]
@@ -109,19 +112,21 @@ def _measured(nodes: Iterable[FxNode]) -> dict[tuple[str, str], tuple[float, int
     return {k: (v[0], int(v[1])) for k, v in acc.items()}
 
 
-def _predicted(forecast: Forecast) -> dict[tuple[str, str], tuple[float, int]]:
+def _predicted(forecast: Forecast, alone_ms: Sequence[float] | None = None,
+               ) -> dict[tuple[str, str], tuple[float, int]]:
     # The CSV books a node's backward under the node (a Linear's bias-gradient reduction is
     # part of the Linear's bw_latency), so a backward kernel counts in its forward node's family.
     forward = {n: k.kernel.family for k in forecast.kernels if k.kernel.phase == "forward"
                for n in k.kernel.nodes}
+    ms = alone_ms if alone_ms is not None else [k.latency_ms for k in forecast.kernels]
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
-    for k in forecast.kernels:
+    for k, k_ms in zip(forecast.kernels, ms, strict=True):
         phase = "accumulate" if k.kernel.op_type == ACCUMULATE_OP else k.kernel.phase
         family = k.kernel.family
         if phase == "backward" and k.kernel.nodes:
             family = forward.get(k.kernel.nodes[0], family)
         cell = acc[(phase, family)]
-        cell[0] += k.latency_ms
+        cell[0] += k_ms
         cell[1] += 1
     return {key: (v[0], int(v[1])) for key, v in acc.items()}
 
@@ -137,9 +142,11 @@ def _node_ms(nodes: Iterable[FxNode], *, host: bool) -> float:
                for n in nodes if (n.family == HOST) == host)
 
 
-def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast) -> RunFamilies:
-    """Match one run's measured nodes with its forecast, family by family and phase by phase."""
-    meas, pred = _measured(nodes), _predicted(forecast)
+def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast,
+                alone_ms: Sequence[float] | None = None) -> RunFamilies:
+    """Match one run's measured nodes with its forecast, family by family and phase by phase.
+    ``alone_ms``: each forecast kernel timed alone (default: its latency in the forecast)."""
+    meas, pred = _measured(nodes), _predicted(forecast, alone_ms)
     rows = []
     for key in sorted(set(meas) | set(pred), key=_order):
         m_ms, m_n = meas.get(key, (0.0, 0))
@@ -203,5 +210,8 @@ def evaluate_by_family(labels_dir: Path, *, models_dir: Path | None = None,
             progress(f"[{i}/{len(with_csv)}] {label.gpu} {label.file.name}")
         nodes = read_per_node_csv(label.file.with_suffix(".csv"), num_layer=num_layer(label),
                                   training=label.mode == "training")
-        runs.append(compare_run(label, nodes, forecast_label(label, pred, cache, progress)))
+        forecast = forecast_label(label, pred, cache, progress)
+        alone = [p.latency_ms for p in pred.predict([k.kernel for k in forecast.kernels],
+                                                    label.device)]
+        runs.append(compare_run(label, nodes, forecast, alone))
     return ByFamilyResult(tuple(runs), _totals(runs), tuple(skipped), pred.name)

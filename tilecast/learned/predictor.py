@@ -134,11 +134,11 @@ class OnnxPredictor:
         bound = bounds(acc["compute"], acc["memory"], fixed)
         extrapolated = self._extrapolated(routed, feats, device)
         return [Prediction(latency_ms=lat, bound=b, tile=t, extrapolated=e, gpu_ms=g,
-                           clamped=c, host_ms=h)
-                for lat, b, t, e, g, c, h in zip(
+                           clamped=c, host_ms=h, fixed_ms=fx)
+                for lat, b, t, e, g, c, h, fx in zip(
                     acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                     extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
-                    acc["host"].tolist(), strict=True)]
+                    acc["host"].tolist(), acc["fixed"].tolist(), strict=True)]
 
     def _host_ms(self, family: str, f: ft.Features, device: Device) -> np.ndarray:
         """The eager per-op dispatch time the model learned for the family and vendor."""
