@@ -128,6 +128,18 @@ def test_softmax_tiles_match_recorded_grids(rows: int, cols: int, blocks: int,
     assert (got_blocks[0], got_threads[0]) == (blocks, threads)
 
 
+@pytest.mark.parametrize(("cols", "cuda", "rocm"), [
+    # cunn_SoftMaxForward's block: CUDA's recorded launches take the power of two below half
+    # of cols / 4; every recorded MI100 / MI210 launch takes 1024 threads. Warp-kernel rows
+    # (up to 1024 fp32 columns) are the same rule on both.
+    (1600, 256, 1024), (4000, 512, 1024), (1000, 128, 128),
+])
+def test_softmax_block_threads_by_vendor(cols: int, cuda: int, rocm: int) -> None:
+    args = np.array([64.0]), np.array([float(cols)]), np.array([4.0])
+    assert tl.softmax_tiles(*args)[2][0] == cuda
+    assert tl.softmax_tiles(*args, amd=np.array([1.0]))[2][0] == rocm
+
+
 def test_elementwise_and_layernorm_tiles() -> None:
     # add of 127 x 168 fp32: ceil(21336 / 512) = 42 blocks (recorded grid 42).
     blocks, per_block = tl.elementwise_tiles(np.array([127 * 168]), np.array([4.0]))

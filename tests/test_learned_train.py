@@ -142,6 +142,18 @@ def test_shared_data_row_kernel_grids_match_the_tile_rules(shared_train) -> None
     assert (tl.elementwise_tiles(x.elements, x.itemsize)[0] == x.grid).all()
 
 
+def test_shared_data_amd_block_softmax_launches_match_the_rocm_rule(dataset_dir: Path) -> None:
+    from tilecast.learned import tiles as tl
+
+    s = load_kernels([dataset_dir], "train", vendor="amd")
+    x = s.select((s.family == "softmax")
+                 & (s.cols * s.itemsize > tl.SOFTMAX_WARP_MAX_BYTES))
+    assert len(x) >= 1000  # 700 rows per GPU, MI100 and MI210
+    blocks, _, threads = tl.softmax_tiles(x.rows, x.cols, x.itemsize, amd=np.ones(len(x)))
+    assert (threads == x.block_threads).all() and (blocks == x.grid).all()
+    assert not (tl.softmax_tiles(x.rows, x.cols, x.itemsize)[2] == x.block_threads).any()
+
+
 def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_train) -> None:
     pytest.importorskip("sklearn", reason="the tile table needs scikit-learn")
     from tilecast.learned import prepare

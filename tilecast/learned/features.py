@@ -297,7 +297,7 @@ def _vector_loop(cols: np.ndarray, threads: np.ndarray, itemsize: np.ndarray) ->
 
 
 def softmax_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
-    blocks, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize)
+    blocks, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize, dc.amd)
     # The warp kernel pads each row to a power of two; the block kernel to whole strides.
     covered = np.where(rpb > 1, 2.0 ** np.ceil(np.log2(np.maximum(kc.cols, 1.0))),
                        _vector_loop(kc.cols, threads, kc.itemsize))

@@ -167,7 +167,8 @@ class OnnxPredictor:
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
         f = ft.build_features(family, kc, dc)
         labels = tl.tile_labels(tile, split) if family == "matmul" else None
-        return f, labels if labels is not None else row_tile_strings(family, kc)
+        return f, labels if labels is not None else row_tile_strings(
+            family, kc, float(device.vendor == "amd"))
 
     def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
         """Outside what the models were trained on: a feature beyond its training range (by
@@ -210,14 +211,14 @@ def _strings(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return names[inverse.reshape(-1)]
 
 
-def row_tile_strings(family: str, kc: ft.KernelColumns) -> np.ndarray:
+def row_tile_strings(family: str, kc: ft.KernelColumns, amd: float = 0.0) -> np.ndarray:
     """Block shapes of row / elementwise kernels: "rows per block x threads per block"
-    (elementwise: "threads x elements per thread")."""
+    (elementwise: "threads x elements per thread"); ``amd``: 1 for ROCm launches."""
     if family == "elementwise":
         per = np.maximum(tl.VECTOR_BYTES // np.maximum(kc.itemsize, 1), 1)
         return _strings(np.full(len(per), tl.ELEMENTWISE_THREADS), per)
     if family == "softmax":
-        _, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize)
+        _, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize, amd)
     else:
         _, rpb, threads = tl.layernorm_tiles(kc.rows)
     return _strings(rpb, threads)
