@@ -275,6 +275,24 @@ def test_tensor_core_gemm_takes_the_tensor_core_tile_family() -> None:
     assert 0.5 * peak < tflops <= peak
 
 
+@pytest.mark.parametrize(("device", "tile"), [("mi210", "1x1024"), ("a100-pcie-40gb", "1x256")])
+def test_softmax_tile_shows_the_vendor_block(device: str, tile: str) -> None:
+    """A 1600-column softmax row runs one block per row: 1024 threads under ROCm, 256 under
+    CUDA (the recorded launches); the forecast's tile says which, and it carries a fixed_ms
+    the eager runtime can hide (positive, below the kernel's GPU time)."""
+    from tilecast.analyzer.types import Kernel, OpCost, RowDims
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    rows, cols = 4096, 1600
+    cost = OpCost("softmax", 5 * rows * cols, 8 * rows * cols, "float32", "vector",
+                  rows=RowDims(rows, cols), elements=rows * cols)
+    pred = default_predictor().predict([Kernel("sm", ("sm",), "Softmax", cost)],
+                                       load_device(device))[0]
+    assert pred.tile == tile
+    assert pred.fixed_ms is not None and 0 < pred.fixed_ms < pred.gpu_ms
+
+
 def test_speed_benchmark_runs_on_the_shipped_artifact(capsys) -> None:
     """``benchmarks/predictor_speed.py`` feeds the session itself; a change of the ONNX inputs
     once broke it silently. A tiny run must print both figures."""

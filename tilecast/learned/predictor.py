@@ -167,8 +167,7 @@ class OnnxPredictor:
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
         f = ft.build_features(family, kc, dc)
         labels = tl.tile_labels(tile, split) if family == "matmul" else None
-        return f, labels if labels is not None else row_tile_strings(
-            family, kc, float(device.vendor == "amd"))
+        return f, labels if labels is not None else row_tile_strings(family, kc, dc.amd)
 
     def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
         """Outside what the models were trained on: a feature beyond its training range (by
@@ -211,9 +210,11 @@ def _strings(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return names[inverse.reshape(-1)]
 
 
-def row_tile_strings(family: str, kc: ft.KernelColumns, amd: float = 0.0) -> np.ndarray:
+def row_tile_strings(family: str, kc: ft.KernelColumns,
+                     amd: np.ndarray | float = 0.0) -> np.ndarray:
     """Block shapes of row / elementwise kernels: "rows per block x threads per block"
-    (elementwise: "threads x elements per thread"); ``amd``: 1 for ROCm launches."""
+    (elementwise: "threads x elements per thread"); ``amd``: 1 for ROCm launches
+    (``DeviceColumns.amd``)."""
     if family == "elementwise":
         per = np.maximum(tl.VECTOR_BYTES // np.maximum(kc.itemsize, 1), 1)
         return _strings(np.full(len(per), tl.ELEMENTWISE_THREADS), per)
