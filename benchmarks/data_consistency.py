@@ -12,8 +12,10 @@
    GPU and mode: what a sum of isolated kernels leaves out (or counts twice).
 4. The backward of softmax and dropout on the attention tensor, in passes over that tensor: the
    scalar divide on the same tensor (its forward reads it and writes it: 2 passes) gives the
-   GPU's streaming rate. Their kernels move 3 (softmax: dY, Y, dX) and 2.25 passes (dropout:
-   dY, a one-byte mask, dX).
+   GPU's streaming rate. What PyTorch launches moves 6 passes for softmax (``dY * Y``, then the
+   row kernel on it and Y: ATen's softmax_backward_cuda_out) and, as the per-node harness calls
+   the backward with grad mode on, 6.25 for dropout (cast the one-byte mask, scale it, multiply
+   by dY); a training step's dropout backward is one 2.25-pass kernel.
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -154,7 +156,8 @@ def attention_passes(runs) -> list[str]:
             if kind in ("softmax", "dropout") and n.input_shapes in ref and n.backward_ms > 0:
                 passes[(label.gpu, kind)].append(2.0 * n.backward_ms / ref[n.input_shapes])
     lines = ["4. Backward of softmax / dropout on the attention tensor, in passes over it "
-             "(kernels: 3 / 2.25)", f"{'gpu':26s} {'op':8s} nodes  median    min    max"]
+             "(PyTorch's kernels: 6 / 6.25 with grad mode on)",
+             f"{'gpu':26s} {'op':8s} nodes  median    min    max"]
     lines += [f"{gpu:26s} {kind:8s} {_spread(v)}" for (gpu, kind), v in sorted(passes.items())]
     return lines
 

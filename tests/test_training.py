@@ -124,6 +124,29 @@ def test_dropout_costs_only_in_training():
     assert drops["DropoutGrad"].phase == "backward"
 
 
+ROWS = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[4, 8, 16] x) => (float[4, 8, 16] y) <float[16, 16] w = {0.0}> {
+  h = MatMul(x, w)
+  y = OP(h)
+}"""
+
+
+@pytest.mark.parametrize("op, kernels", [
+    # PyTorch forms dY * Y first (read dY and Y, write tmp: 3 tensors), then the row kernel
+    # reads tmp and Y and writes dX (3 more): 512 fp32 elements = 2 kB per tensor.
+    ("Softmax", [("dY_Y", "elementwise", 3 * 2048), ("dX", "softmax", 3 * 2048)]),
+    # LogSoftmax's row kernel reads dY and Y directly.
+    ("LogSoftmax", [("dX", "softmax", 3 * 2048)]),
+])
+def test_softmax_backward_is_the_kernels_pytorch_runs(op, kernels):
+    f = tilecast.analyze(_model(ROWS.replace("OP", op)), "a100-40gb", mode="training",
+                         predictor="roofline")
+    bw = [k.kernel for k in f.kernels if k.kernel.op_type == f"{op}Grad"]
+    assert [(k.name.rsplit(".", 1)[1], k.family, k.bytes) for k in bw] == kernels
+    assert all(k.phase == "backward" for k in bw)
+
+
 # --- which initializers train -------------------------------------------------------------
 def _param_names(text: str) -> set[str]:
     f = tilecast.analyze(_model(text), "t4", mode="training", optimizer="sgd",

@@ -121,11 +121,23 @@ def _elementwise_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     return out
 
 
+# Row ops whose PyTorch backward first forms dY * Y in an elementwise kernel, then runs the
+# row kernel on (dY * Y, Y): ATen's softmax_backward_cuda_out (SoftMax.cu, also its HIP port)
+# does ``tmp = grad * output`` before host_softmax_backward, so dX moves six tensors, not three.
+# LogSoftmax's backward runs the row kernel on dY directly. The labels' per-node CSVs agree:
+# softmax backward / forward 2.55-3.0 on the V100, A100 80GB, L4, MI100 and MI210 (six passes
+# against the forward's two), where a scalar divide of the same tensor is 0.92-1.01.
+PRODUCT_FIRST = frozenset({("", "Softmax")})
+
+
 def _rows_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
-    """Softmax / normalization: one row kernel for dX, plus column sums for scale and bias."""
+    """Softmax / normalization: one row kernel for dX (softmax: after the dY * Y kernel), plus
+    column sums for scale and bias."""
     node, c, y = r.node, r.cost, r.node.outputs[0]
     x = node.input(0)
     out = []
+    if x is not None and x.name in need and (node.domain, node.op_type) in PRODUCT_FIRST:
+        out.append(_elementwise("dY_Y", y.dtype, 3 * _nb(y), y.numel))
     if x is not None and x.name in need:
         params = sum(_nb(t) for t in node.inputs[1:] if t is not None and t.is_initializer)
         out.append(("dX", OpCost(c.family, 2 * c.flops, 3 * _nb(y) + params, c.dtype,

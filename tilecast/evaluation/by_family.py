@@ -3,8 +3,9 @@
 Measured: the label's per-node CSV (``fx_nodes``), nodes of the repeated block counted once
 per block. Forecast: the same label's forecast (``runner.forecast_label``: same export cache),
 its kernels costed as the per-node harness times them, each alone (the predictor's latency:
-the op's dispatch and launch included, which a step hides behind the previous kernel), so the
-families compare like with like; the run's forecast total is the step (runtime applied).
+the op's dispatch and launch included, which a step hides behind the previous kernel; and the
+kernels the harness launches in their place, ``harness.py``), so the families compare like
+with like; the run's forecast total is the step (runtime applied).
 Phases: forward, backward, accumulate (``grad += new`` into ``.grad``: the CSV's
 ``acc_latency``, tilecast's ``GradAccumulate`` kernels; always an add, so its measured ms count
 as elementwise whichever node owns the parameter) and update (optimizer; not in the labels).
@@ -23,8 +24,10 @@ from ..analyzer.forecast import Forecast
 from ..analyzer.pipeline import resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.types import FAMILIES
+from ..device_db import Device
 from ..errors import ConfigError
 from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
+from .harness import timed_alone
 from .labels import Label, Skipped, discover_labels
 from .runner import Progress, _no_labels, default_cache_dir, forecast_label
 
@@ -186,6 +189,18 @@ def num_layer(label: Label) -> int:
     return value
 
 
+def alone_ms(pred: Predictor, forecast: Forecast, device: Device) -> list[float]:
+    """Each forecast kernel timed alone as the per-node harness runs it (``harness``): the
+    predictor's latency, summed over the kernels the harness launches in its place."""
+    groups = [timed_alone(k.kernel) for k in forecast.kernels]
+    latency = [p.latency_ms for p in pred.predict([k for g in groups for k in g], device)]
+    out, start = [], 0
+    for g in groups:
+        out.append(sum(latency[start:start + len(g)]))
+        start += len(g)
+    return out
+
+
 def evaluate_by_family(labels_dir: Path, *, models_dir: Path | None = None,
                        gpus: tuple[str, ...] = (), predictor: str | Predictor | None = None,
                        cache_dir: Path | None = None, progress: Progress | None = None,
@@ -211,7 +226,5 @@ def evaluate_by_family(labels_dir: Path, *, models_dir: Path | None = None,
         nodes = read_per_node_csv(label.file.with_suffix(".csv"), num_layer=num_layer(label),
                                   training=label.mode == "training")
         forecast = forecast_label(label, pred, cache, progress)
-        alone = [p.latency_ms for p in pred.predict([k.kernel for k in forecast.kernels],
-                                                    label.device)]
-        runs.append(compare_run(label, nodes, forecast, alone))
+        runs.append(compare_run(label, nodes, forecast, alone_ms(pred, forecast, label.device)))
     return ByFamilyResult(tuple(runs), _totals(runs), tuple(skipped), pred.name)
