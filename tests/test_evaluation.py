@@ -120,3 +120,20 @@ def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
                             predictor="roofline", optimizer="adam", layers=3, fusion=True)
     assert asked == {"batch": 2, "layers": 2}
     assert got == pytest.approx(want.step_ms)
+
+
+@pytest.mark.slow
+def test_multi_gpu_labels_beat_the_papers_distributed_error(dataset_dir):
+    # Issue 12's bar: the 11 four-GPU Megatron-LM runs (A100 SXM4 and H100; dp4, tp4, pp4_1)
+    # forecast by tilecast.parallel, MAPE below NeuSight's on the same cells (7.7 %). Exports
+    # of the two-layer graphs come from the on-disk cache (about a minute each when cold).
+    from tilecast.evaluation.runner import evaluate
+
+    res = evaluate(dataset_dir / "labels", published_dir=dataset_dir / "published",
+                   gpus=("NVIDIA_A100-SXM4-40GB", "NVIDIA_H100_80GB_HBM3"))
+    runs = [r for r in res.runs if r.variant in ("dp4", "tp4", "pp4_1")]
+    assert len(runs) == 11 and all(r.paper_error_pct is not None for r in runs)
+    ours = sum(r.error_pct for r in runs) / len(runs)
+    paper = sum(r.paper_error_pct for r in runs) / len(runs)
+    assert paper == pytest.approx(7.7, abs=0.05)
+    assert ours < paper, [(r.gpu, r.model, r.batch, r.variant, r.error_pct) for r in runs]
