@@ -96,7 +96,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
     graph_results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))),
-                                     frozenset(graph.outputs))
+                                     frozenset(graph.outputs), runtime=runtime,
+                                     opset=graph.opsets.get("", 0))
     results = graph_results
     if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
         results = eager_views(results, frozenset(graph.outputs))
