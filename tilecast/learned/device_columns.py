@@ -46,7 +46,7 @@ class DeviceColumns:
     fp32_issue_share: np.ndarray  # issue slots an FFMA stream takes at peak (none given: 0.5)
 
 
-def _uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:
+def uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:
     """A matrix-unit peak above the vector peak means tensor / matrix cores do the work."""
     return unit == "matrix" and device.peak_tflops(dtype, "matrix") > device.peak_tflops_fp32
 
@@ -64,7 +64,7 @@ def device_columns(devices: Sequence[Device], which: np.ndarray, dtypes: np.ndar
         mask = todo & (which == key[0]) & (dtypes == key[1]) & (units == key[2])
         dev = devices[key[0]]
         peak[mask] = dev.peak_tflops(key[1], key[2]) * 1e12
-        tensor[mask] = float(dev.vendor == "nvidia" and _uses_matrix_units(dev, key[1], key[2]))
+        tensor[mask] = float(dev.vendor == "nvidia" and uses_matrix_units(dev, key[1], key[2]))
         todo &= ~mask
 
     def col(fn) -> np.ndarray:

@@ -17,11 +17,13 @@ import numpy as np
 
 from ..analyzer.predictor import Prediction
 from ..analyzer.types import Kernel
-from ..device_db.device import Device
+from ..device_db.device import MATRIX_DTYPES, Device
 from ..errors import PredictorError
 from . import conv as cv
 from . import features as ft
+from . import tensor_core
 from . import tiles as tl
+from .device_columns import uses_matrix_units
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
 from .routing import ConvParts, Parts, Routed, route
 
@@ -115,16 +117,23 @@ class OnnxPredictor:
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
             u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
-            for key, values in (("latency", outs[io["latency_ms"]]),
-                                ("gpu", outs[io["gpu_ms"]]),
-                                ("compute", f.compute_ms / u_c),
-                                ("memory", (f.dram_ms + f.cached_ms) / u_m),
-                                ("fixed", outs[io["fixed_ms"]]),
-                                ("host", self._host_ms(fam, f, device))):
+            host = self._host_ms(fam, f, device)
+            terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
+                     "gpu": outs[io["gpu_ms"]].astype(np.float64),
+                     "compute": f.compute_ms / u_c, "memory": (f.dram_ms + f.cached_ms) / u_m}
+            tc = self._matrix_units(fam, f, p, device)
+            if tc is not None:  # no data on matrix units: the sourced sustained rate
+                s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, u_m,
+                                          outs[io["fixed_ms"]], host)
+                for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
+                                    ("compute", s.compute_ms), ("memory", s.memory_ms)):
+                    terms[key][tc] = values
+            for key, values in (*terms.items(), ("fixed", outs[io["fixed_ms"]]),
+                                ("host", host)):
                 np.add.at(acc[key], p.kernel, values)
             # Held at the envelope: the utilization of the term that dominates the kernel's
             # work is at the floor, and that work outweighs the fixed costs.
-            c_busy, m_busy = f.compute_ms / u_c, (f.dram_ms + f.cached_ms) / u_m
+            c_busy, m_busy = terms["compute"], terms["memory"]
             u_dom = np.where(c_busy >= m_busy, u_c, u_m)
             at_floor = (u_dom <= self.u_floor[fam] * CLAMP_MARGIN) & (
                 np.maximum(c_busy, m_busy) >= outs[io["fixed_ms"]])
@@ -139,6 +148,19 @@ class OnnxPredictor:
                     acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                     extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
                     acc["host"].tolist(), acc["fixed"].tolist(), strict=True)]
+
+    def _matrix_units(self, family: str, f: ft.Features, p: Parts | ConvParts,
+                      device: Device) -> np.ndarray | None:
+        """Rows of the matmul family on matrix units in a dtype with no training data, on a
+        GPU with a sourced sustained fraction (``tensor_core.py``); None when there are none."""
+        if family != "matmul" or device.matrix_sustained_fraction is None or not len(f.x):
+            return None
+        untrained = {d for d in MATRIX_DTYPES if d not in self.trained_dtypes}
+        mask = np.zeros(len(f.x), dtype=bool)
+        for dtype, unit in set(zip(p.dtype.tolist(), p.unit.tolist(), strict=True)):
+            if dtype in untrained and uses_matrix_units(device, dtype, unit):
+                mask |= (p.dtype == dtype) & (p.unit == unit)
+        return mask if mask.any() else None
 
     def _host_ms(self, family: str, f: ft.Features, device: Device) -> np.ndarray:
         """The eager per-op dispatch time the model learned for the family and vendor."""
