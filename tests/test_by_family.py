@@ -18,9 +18,8 @@ from tilecast.cli import main
 from tilecast.device_db import load_device
 from tilecast.errors import ConfigError
 from tilecast.evaluation import evaluate_by_family
-from tilecast.evaluation.by_family import alone_ms, compare_run
+from tilecast.evaluation.by_family import compare_run
 from tilecast.evaluation.fx_nodes import HOST, UNCLASSIFIED, fx_family, read_per_node_csv
-from tilecast.evaluation.harness import timed_alone
 from tilecast.evaluation.labels import Label
 
 TINY = """
@@ -279,29 +278,3 @@ def test_attention_passes_use_the_scalar_divide_as_the_streaming_rate():
     assert rows == {("G", "dropout"): ["1", "4.50", "4.50", "4.50"],
                     ("G", "softmax"): ["1", "6.00", "6.00", "6.00"]}
 
-
-def test_the_harness_runs_dropout_backward_as_three_kernels():
-    # The per-node harness calls grad_fn with grad mode on: grad * (mask.type_as(grad) * scale).
-    dropout = """
-<ir_version: 8, opset_import: ["" : 17]>
-g (float[16, 64] x) => (float[16, 64] y) <float[64, 64] w = {0.0}, float r = {0.1}> {
-  h = MatMul(x, w)
-  y = Dropout(h, r)
-}"""
-    f = analyze(onnx.parser.parse_model(dropout), "t4", mode="training",
-                predictor=RooflinePredictor())
-    (grad,) = [k.kernel for k in f.kernels if k.kernel.op_type == "DropoutGrad"]
-    # a step: read dY (4 B), the bool mask (1 B), write dX (4 B) per element
-    assert grad.bytes == 1024 * 9
-    parts = timed_alone(grad)
-    # cast the mask (1 + 4 B), scale it (4 + 4), multiply by dY (4 + 4 + 4): 25 B per element
-    assert [(k.name.rsplit(".", 1)[1], k.bytes) for k in parts] == [
-        ("mask_cast", 1024 * 5), ("mask_scale", 1024 * 8), ("mul", 1024 * 12)]
-    assert all(k.family == "elementwise" and k.phase == "backward" for k in parts)
-    others = [k.kernel for k in f.kernels if k.kernel.op_type != "DropoutGrad"]
-    assert all(timed_alone(k) == (k,) for k in others)
-    device = load_device("t4")
-    alone = alone_ms(RooflinePredictor(), f, device)
-    i = [k.kernel for k in f.kernels].index(grad)
-    assert alone[i] == pytest.approx(sum(
-        p.latency_ms for p in RooflinePredictor().predict(list(parts), device)))

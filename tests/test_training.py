@@ -124,6 +124,31 @@ def test_dropout_costs_only_in_training():
     assert drops["DropoutGrad"].phase == "backward"
 
 
+def test_the_harness_runs_dropout_backward_as_three_kernels():
+    # The per-node harness calls grad_fn with grad mode on: grad * (mask.type_as(grad) * scale).
+    from tilecast.analyzer.predictor import RooflinePredictor
+    from tilecast.device_db import load_device
+    from tilecast.evaluation.by_family import alone_ms
+    from tilecast.evaluation.harness import timed_alone
+
+    f = tilecast.analyze(_model(DROPOUT), "t4", mode="training", predictor=RooflinePredictor())
+    (grad,) = [k.kernel for k in f.kernels if k.kernel.op_type == "DropoutGrad"]
+    # a step: read dY (4 B), the bool mask (1 B), write dX (4 B) per element
+    assert grad.bytes == 1024 * 9
+    parts = timed_alone(grad)
+    # cast the mask (1 + 4 B), scale it (4 + 4), multiply by dY (4 + 4 + 4): 25 B per element
+    assert [(k.name.rsplit(".", 1)[1], k.bytes) for k in parts] == [
+        ("mask_cast", 1024 * 5), ("mask_scale", 1024 * 8), ("mul", 1024 * 12)]
+    assert all(k.family == "elementwise" and k.phase == "backward" for k in parts)
+    others = [k.kernel for k in f.kernels if k.kernel.op_type != "DropoutGrad"]
+    assert all(timed_alone(k) == (k,) for k in others)
+    device = load_device("t4")
+    alone = alone_ms(RooflinePredictor(), f, device)
+    i = [k.kernel for k in f.kernels].index(grad)
+    assert alone[i] == pytest.approx(sum(
+        p.latency_ms for p in RooflinePredictor().predict(list(parts), device)))
+
+
 ROWS = """
 <ir_version: 8, opset_import: ["" : 17]>
 g (float[4, 8, 16] x) => (float[4, 8, 16] y) <float[16, 16] w = {0.0}> {
