@@ -54,6 +54,14 @@ def test_gpu_filter_accepts_directory_names_and_aliases(tree):
     assert discover_labels(*tree, gpus=("Tesla_T4",))[0] == []
 
 
+def test_gpu_filter_reports_only_its_own_gpus_unreadable_labels(tree):
+    # The L4's four unreadable files are not the T4's business; an unknown GPU directory is
+    # reported whatever the filter (it may be the GPU asked for, misspelt).
+    _, skipped = discover_labels(*tree, gpus=("Tesla_T4",))
+    assert [s.file for s in skipped] == ["Imaginary_GPU/gpt2_large-inf-1024-4.json"]
+    assert len(discover_labels(*tree, gpus=("l4",))[1]) == 4 + 1
+
+
 def test_published_tables(dataset_dir):
     paper = load_published(dataset_dir / "published")
     # values straight from the paper's tables (NeuSight rows)

@@ -88,8 +88,20 @@ def discover_labels(root: Path, models: Path, gpus: tuple[str, ...] = (),
         try:
             label = _parse(path, root, models)
         except ValueError as exc:
-            skipped.append(Skipped(rel, str(exc)))
+            if _in_scope(path.parent.name, wanted):
+                skipped.append(Skipped(rel, str(exc)))
             continue
         if not wanted or label.device.name in wanted:
             labels.append(label)
     return labels, skipped
+
+
+def _in_scope(gpu_dir: str, wanted: set[str]) -> bool:
+    """Whether a label that could not be read belongs to the GPUs asked for (all when none
+    were; a directory that names no known GPU is always reported)."""
+    if not wanted:
+        return True
+    try:
+        return load_device(gpu_dir).name in wanted
+    except DeviceError:
+        return True
