@@ -117,19 +117,8 @@ class OnnxPredictor:
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
             u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
-            host = self._host_ms(fam, f, device)
-            terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
-                     "gpu": outs[io["gpu_ms"]].astype(np.float64),
-                     "compute": f.compute_ms / u_c, "memory": (f.dram_ms + f.cached_ms) / u_m}
-            tc = self._matrix_units(fam, f, p, device)
-            if tc is not None:  # no data on matrix units: the sourced sustained rate
-                s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, u_m,
-                                          outs[io["fixed_ms"]], host)
-                for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
-                                    ("compute", s.compute_ms), ("memory", s.memory_ms)):
-                    terms[key][tc] = values
-            for key, values in (*terms.items(), ("fixed", outs[io["fixed_ms"]]),
-                                ("host", host)):
+            terms = self._terms(fam, f, p, outs, device)
+            for key, values in terms.items():
                 np.add.at(acc[key], p.kernel, values)
             # Held at the envelope: the utilization of the term that dominates the kernel's
             # work is at the floor, and that work outweighs the fixed costs.
@@ -148,6 +137,25 @@ class OnnxPredictor:
                     acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                     extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
                     acc["host"].tolist(), acc["fixed"].tolist(), strict=True)]
+
+    def _terms(self, family: str, f: ft.Features, p: Parts | ConvParts,
+               outs: dict[str, np.ndarray], device: Device) -> dict[str, np.ndarray]:
+        """Per-part latency, GPU, compute, memory, fixed and host ms: the graph's outputs, and
+        for matrix-unit rows with no data the sourced sustained rate (``tensor_core.py``)."""
+        io = io_names(family)
+        u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
+        terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
+                 "gpu": outs[io["gpu_ms"]].astype(np.float64),
+                 "compute": f.compute_ms / u_c, "memory": (f.dram_ms + f.cached_ms) / u_m,
+                 "fixed": outs[io["fixed_ms"]], "host": self._host_ms(family, f, device)}
+        tc = self._matrix_units(family, f, p, device)
+        if tc is not None:
+            s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, u_m,
+                                      terms["fixed"], terms["host"])
+            for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
+                                ("compute", s.compute_ms), ("memory", s.memory_ms)):
+                terms[key][tc] = values
+        return terms
 
     def _matrix_units(self, family: str, f: ft.Features, p: Parts | ConvParts,
                       device: Device) -> np.ndarray | None:
