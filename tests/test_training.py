@@ -286,3 +286,27 @@ def test_folded_weight_lookups_run_again_when_training():
     assert ("Gather", "forward") in ops and ("GatherGrad", "backward") in ops
     assert ("Transpose", "forward") not in ops
     assert _param_names(POSITIONS) == {"wpe", "wte"}
+
+
+GELU_TANH = """
+<ir_version: 8, opset_import: ["" : 20]>
+g (float[4, 16] x) => (float[4, 16] y) <float[16, 16] w = {0.0}, float three = {3.0},
+                                        float half = {0.5}> {
+  h = MatMul(x, w)
+  p = Pow(h, three)
+  s = Mul(half, h)
+  y = Mul(s, p)
+}"""
+
+
+def test_elementwise_gradients_are_the_kernels_pytorch_runs():
+    f = tilecast.analyze(_model(GELU_TANH), "a100-40gb", mode="training", predictor="roofline")
+    got = sorted((k.kernel.op_type, k.kernel.name.rsplit(".", 1)[1], k.kernel.bytes)
+                 for k in f.kernels if k.kernel.op_type in ("MulGrad", "PowGrad"))
+    t = 64 * 4  # one [4, 16] fp32 tensor; eager PyTorch's gradients (derivatives.yaml):
+    assert got == [
+        ("MulGrad", "d0", 3 * t),  # y = s * p: dS = dY * p reads dY and p, writes dS
+        ("MulGrad", "d1", 2 * t + 4),  # s = 0.5 * h: dH = dY * 0.5 reads dY (and the scalar)
+        ("MulGrad", "d1", 3 * t),  # y = s * p: dP = dY * s
+        # p = h^3: pow_backward's dY * (3 * h.pow(2)): the power, the scale, the product
+        ("PowGrad", "d0", 3 * t), ("PowGrad", "d0_pow", 2 * t), ("PowGrad", "d0_scale", 2 * t)]
