@@ -15,7 +15,7 @@ kernels take the physics instead, the learned parts that do not depend on the ma
 quantization stays), ``dram_ms`` the bytes that miss the L2; ``u_memory`` and ``fixed_ms`` are the
 model's (learned from fp32 streaming and launches). Every term grows with the work and the
 fraction is a constant of the GPU, so the forecast stays monotone, and ``u <= 1`` keeps it above
-the roofline. GPUs without a sourced fraction (the T4) keep the learned form; the kernels stay
+the roofline. GPUs without a sourced fraction keep the learned form; the kernels stay
 ``extrapolated`` either way (no measured 16-bit kernel; issue 13 replaces this with data).
 """
 
@@ -31,9 +31,8 @@ from .form import P_BUSY, Q_HOST
 
 @dataclass(frozen=True)
 class Sustained:
-    """The physics forecast of the rows ``mask`` selects (arrays over those rows)."""
+    """The physics forecast of the rows a mask selects (arrays over those rows)."""
 
-    mask: np.ndarray
     gpu_ms: np.ndarray
     latency_ms: np.ndarray
     compute_ms: np.ndarray  # the compute term: compute_ms / sustained_fraction
@@ -53,4 +52,4 @@ def sustained(f: Features, mask: np.ndarray, fraction: float, u_memory: np.ndarr
     compute = f.compute_ms[mask] / fraction
     memory = f.dram_ms[mask] / u_memory[mask]
     gpu = fixed_ms[mask] + smooth_max(compute, memory, P_BUSY)
-    return Sustained(mask, gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, memory)
+    return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, memory)
