@@ -11,6 +11,7 @@ import onnx.parser
 import pytest
 from click.testing import CliRunner
 
+from tilecast.analyzer.predictor import RooflinePredictor
 from tilecast.cli import main
 from tilecast.errors import ConfigError, TilecastError
 from tilecast.parallel import (
@@ -78,6 +79,10 @@ g (float[2, 8, 16] x) => (float[2, 8, 16] y)
 
 
 TINY = _text(1)
+# The same layer in fp16 (the text format writes float16 literals as their bits: 1.0 = 0x3C00,
+# 0.5 = 0x3800).
+TINY_FP16 = (TINY.replace("float[", "float16[").replace("float sc = {0.5}", "float16 sc = {14336}")
+             .replace("{1.0}", "{15360}").replace("{0.0}", "{0}"))
 
 LINK = {"fabric": "nvswitch", "generation": "test", "bandwidth_gbps": 100, "latency_us": 2}
 NET = {"fabric": "infiniband", "generation": "test", "bandwidth_gbps": 10, "latency_us": 5}
@@ -433,3 +438,36 @@ def test_unknown_runtime_is_an_error():
     with pytest.raises(TilecastError, match="unknown runtime"):
         analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor="roofline",
                          runtime="jit")
+
+
+class _Recording(RooflinePredictor):
+    def predict(self, kernels, device):
+        self.kernels = list(kernels)
+        return super().predict(kernels, device)
+
+
+@pytest.mark.parametrize("text, attention", [
+    # fp32: Megatron-LM's fused scale-mask-softmax needs 16-bit inputs, so the scale runs as
+    # a kernel of its own and torch.softmax after it
+    (TINY, ["Mul", "Softmax"]),
+    (TINY_FP16, ["Fused[Mul+Softmax]"]),
+])
+def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention):
+    pred = _Recording()
+    analyze_parallel(onnx.parser.parse_model(text), Layout(), cluster=_cluster(),
+                     predictor=pred, optimizer="none", clip_grad=False, fusion=True)
+    forward = [k.op_type for k in pred.kernels if k.phase == "forward"]
+    matmuls = [i for i, op in enumerate(forward) if op == "MatMul"]
+    # between the scores (QK^T, the second MatMul) and the probabilities times V (the third)
+    assert forward[matmuls[1] + 1:matmuls[2]] == attention
+
+
+def test_cli_parallel_honours_fusion(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_model(), path)
+    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
+            "dgx-a100", "--predictor", "roofline", "--format", "json"]
+    plain, fused = (CliRunner().invoke(main, args + extra) for extra in ([], ["--fusion"]))
+    assert plain.exit_code == 0 and fused.exit_code == 0, plain.output + fused.output
+    # the fused run launches fewer kernels (Split + Transpose, the output Transpose)
+    assert json.loads(fused.output)["step_ms"] < json.loads(plain.output)["step_ms"]

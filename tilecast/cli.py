@@ -102,7 +102,8 @@ def model_options(fn: Callable) -> Callable:
         click.option("--mode", type=click.Choice(("inference", "training")),
                      default="inference", show_default=True),
         click.option("--fusion/--no-fusion", default=False, show_default=True,
-                     help="Forecast fused execution (torch.compile-style fusion groups)."),
+                     help="Forecast fused execution (torch.compile-style fusion groups; with "
+                          "--parallel, Megatron-LM's fused kernels)."),
         click.option("--predictor", default="default", show_default=True,
                      help="default (learned if shipped), learned, roofline, or a .onnx path."),
         click.option("--math", type=click.Choice(MATH_MODES), default=None,
@@ -192,7 +193,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
 
         write_output(run_parallel(model, device=device, dims=dims, mode=mode,
                                   predictor=predictor, optimizer=optimizer, fmt=fmt,
-                                  runtime=runtime or "eager", **parallel), output)
+                                  runtime=runtime or "eager", fusion=fusion, **parallel),
+                     output)
         return
     if not device:
         raise click.UsageError("Missing option '-d' / '--device' (or use --parallel).")

@@ -6,6 +6,9 @@ never reaches DRAM. Matmuls, convolutions and attention stay library kernels of 
 never fuse into each other; an elementwise group fed only by one matmul is reported as an
 epilogue that could fuse into it. Zero-cost nodes (Reshape, ...) are transparent. A group's
 bytes are its external inputs and outputs only.
+
+A runtime that fuses only named patterns (Megatron-LM's fused kernels, for one) keeps some of
+those joins apart: ``FusionRules`` says which.
 """
 
 from __future__ import annotations
@@ -29,6 +32,28 @@ class FusionGroup:
     cost: OpCost | None  # None when every member is zero-cost
     op_type: str
     epilogue_of: str | None = None  # matmul/conv node this group could fuse into
+
+
+@dataclass(frozen=True)
+class FusionRules:
+    """Which producer -> consumer joins a runtime makes; the default is a fusing compiler's.
+
+    ``softmax_prologue_dtypes``: the dtypes at which a softmax fuses what feeds it (a scale,
+    a mask); ``None`` for every dtype. Elsewhere the compiler's rule applies.
+    """
+
+    name: str = "compiler"
+    softmax_prologue_dtypes: frozenset[str] | None = None
+
+    def joins(self, consumer: NodeResult) -> bool:
+        """Whether the consumer's group may take in its producer's."""
+        c = consumer.cost
+        if self.softmax_prologue_dtypes is None or c is None or c.family != "softmax":
+            return True
+        return c.dtype in self.softmax_prologue_dtypes
+
+
+COMPILER = FusionRules()
 
 
 class _UnionFind:
@@ -60,7 +85,8 @@ def _consumers(results: tuple[NodeResult, ...]) -> dict[str, list[int]]:
     return cons
 
 
-def fusion_groups(graph: Graph, results: tuple[NodeResult, ...]) -> tuple[FusionGroup, ...]:
+def fusion_groups(graph: Graph, results: tuple[NodeResult, ...],
+                  rules: FusionRules = COMPILER) -> tuple[FusionGroup, ...]:
     """Partition the nodes into fusion groups (every node in exactly one group)."""
     cons = _consumers(results)
     producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
@@ -71,7 +97,9 @@ def fusion_groups(graph: Graph, results: tuple[NodeResult, ...]) -> tuple[Fusion
             continue
         for t in r.node.outputs:
             users = cons.get(t.name, [])
-            if len(users) == 1 and t.name not in outputs and _fusible(results[users[0]]):
+            user = results[users[0]] if len(users) == 1 else None
+            if (user is not None and t.name not in outputs and _fusible(user)
+                    and rules.joins(user)):
                 uf.union(i, users[0])
     members: dict[int, list[int]] = defaultdict(list)
     for i in range(len(results)):

@@ -12,7 +12,8 @@ export keeps two transformer layers and the forecast repeats the first up to the
 depth (tilecast.parallel's ``layers``). Megatron-LM fuses bias + GeLU, bias + dropout +
 residual add and the masked softmax by default (its ``--bias-gelu-fusion``,
 ``--bias-dropout-fusion`` and ``--masked-softmax-fusion`` flags, on unless disabled;
-megatron/arguments.py), so the forecast uses tilecast's fused execution (``fusion=True``).
+megatron/arguments.py), so the forecast uses tilecast.parallel's fused execution
+(``fusion=True``: ``parallel.api.MEGATRON_FUSION``, whose masked softmax fuses in 16-bit only).
 """
 
 from __future__ import annotations

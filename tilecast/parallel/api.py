@@ -10,6 +10,7 @@ import onnx
 
 from ..analyzer.analysis import cost_graph
 from ..analyzer.forecast import KernelForecast
+from ..analyzer.fusion import FusionRules
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -26,6 +27,13 @@ from .segments import Segment, segment_costs
 from .stages import build_stages
 from .structure import EPILOGUE, PROLOGUE, recognize
 from .tensor import check_divisible, roles, shard_kernels
+
+# Megatron-LM's fused kernels. Its scale + mask + softmax kernel runs only on 16-bit inputs
+# (FusedScaleMaskSoftmax.is_kernel_available requires input_in_float16); an fp32 model falls
+# back to forward_torch_softmax: the mask (masked_fill) and torch.softmax as kernels of their
+# own. The bias-GeLU and bias-dropout-add fusions apply at every dtype.
+MEGATRON_FUSION = FusionRules("megatron",
+                              softmax_prologue_dtypes=frozenset({"float16", "bfloat16"}))
 
 
 def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None):
@@ -84,12 +92,12 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth).
-    ``fusion`` forecasts fused elementwise chains (Megatron-LM's bias-GeLU and
-    bias-dropout-add fusions) as the single-GPU ``--fusion`` does. ``fused_optimizer``
-    forecasts the optimizer step as multi-tensor kernels (Megatron-LM's apex FusedAdam,
-    PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per parameter
-    without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or graph)
-    issues each rank's kernels as ``tilecast analyze --runtime`` does.
+    ``fusion`` forecasts Megatron-LM's fused kernels (``MEGATRON_FUSION``: fused elementwise
+    chains such as bias-GeLU and bias-dropout-add; the scale-mask-softmax in 16-bit only).
+    ``fused_optimizer`` forecasts the optimizer step as multi-tensor kernels (Megatron-LM's
+    apex FusedAdam, PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per
+    parameter without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or
+    graph) issues each rank's kernels as ``tilecast analyze --runtime`` does.
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -109,7 +117,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if layout.tp > 1:
         check_divisible(results, s, layout.tp)
     r = roles(results, s, layout.sequence_parallel)
-    forward = group_kernels(graph, results) if fusion else node_kernels(results)
+    forward = group_kernels(graph, results, MEGATRON_FUSION) if fusion else node_kernels(results)
     kernels = training_kernels(graph, results, forward, optimizer=optimizer)
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = shard_kernels(kernels, results, r, index, layout.tp)

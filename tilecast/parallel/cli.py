@@ -16,7 +16,7 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
                  predictor: str, optimizer: str, fmt: str, parallel: str, microbatches: int,
                  cluster: str | None, gpus: int | None, global_batch: int | None,
                  layers: int | None, zero: int, sequence_parallel: bool, recompute: bool,
-                 virtual_stages: int = 1, runtime: str = "eager") -> str:
+                 virtual_stages: int = 1, runtime: str = "eager", fusion: bool = False) -> str:
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")
     if cluster is None:
@@ -32,7 +32,7 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
     def run(layout: Layout):
         return analyze_parallel(model, layout, cluster=cl, device=device, dims=dims,
                                 predictor=predictor, optimizer=optimizer, layers=layers,
-                                runtime=runtime)
+                                runtime=runtime, fusion=fusion)
 
     if parallel.strip().lower() == "auto":
         if gpus is None:
