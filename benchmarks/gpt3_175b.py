@@ -49,7 +49,7 @@ def forecast(path: Path, predictor: str = "default", virtual_stages: int = 1):
     Adam, Megatron fusions, on DGX A100 nodes (a ``ParallelForecast``)."""
     from tilecast.parallel import Layout, analyze_parallel
 
-    layout = Layout(dp=16, tp=8, pp=8, microbatches=1536 // 16, recompute=True,
+    layout = Layout(dp=16, tp=8, pp=8, microbatches=1536 // 16, recompute="full",
                     virtual_stages=virtual_stages)
     return analyze_parallel(path, layout, cluster="dgx-a100", predictor=predictor,
                             optimizer="adam", layers=96, fusion=True)

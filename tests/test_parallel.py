@@ -471,3 +471,42 @@ def test_cli_parallel_honours_fusion(tmp_path):
     assert plain.exit_code == 0 and fused.exit_code == 0, plain.output + fused.output
     # the fused run launches fewer kernels (Split + Transpose, the output Transpose)
     assert json.loads(fused.output)["step_ms"] < json.loads(plain.output)["step_ms"]
+
+
+def test_selective_recomputation_reruns_the_attention_core_only():
+    pred = _Recording()
+    ranks = {r: analyze_parallel(_model(), Layout(recompute=r), cluster=_cluster(),
+                                 predictor=pred if r == "none" else "roofline",
+                                 optimizer="none", clip_grad=False).ranks[0]
+             for r in ("none", "selective", "full")}
+    forward = [k for k in pred.kernels if k.phase == "forward"]
+    matmuls = [i for i, k in enumerate(forward) if k.op_type == "MatMul"]
+    # the core: Q K^T, the scale, the softmax and probs x V (the second to the third MatMul)
+    core_flops = sum(k.flops for k in forward[matmuls[1]:matmuls[2] + 1])
+    fwd_flops = sum(k.flops for k in forward)
+    none, sel, full = ranks["none"], ranks["selective"], ranks["full"]
+    assert sel.flops - none.flops == pytest.approx(core_flops)
+    assert full.flops - none.flops == pytest.approx(fwd_flops)
+    # of the core's tensors only the softmax output [2, 4, 8, 8] fp32 is kept (the scores are
+    # scaled by a constant, which keeps nothing; the context feeds the output projection)
+    assert none.memory.activations - sel.memory.activations == 2 * 4 * 8 * 8 * 4
+    assert none.step_ms < sel.step_ms < full.step_ms
+
+
+def test_recompute_modes_in_layout_and_cli(tmp_path):
+    assert Layout(recompute=True).recompute == "full"
+    assert Layout(recompute=False).recompute == "none"
+    assert Layout(recompute="selective").label().endswith("recompute=selective")
+    with pytest.raises(TilecastError, match="recompute must be one of"):
+        Layout(recompute="some")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(_model(), path)
+    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
+            "dgx-a100", "--predictor", "roofline", "--format", "json"]
+    for extra, want in (([], "none"), (["--recompute"], "full"),
+                        (["--recompute", "selective"], "selective")):
+        res = CliRunner().invoke(main, args + extra)
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["layout"]["recompute"] == want
+    bad = CliRunner().invoke(main, args + ["--recompute", "half"])
+    assert bad.exit_code == 2 and "half" in bad.output

@@ -51,6 +51,18 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
     return learned.load_predictor(path)
 
 
+def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
+    """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
+    GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
+    (activations.py), and eager PyTorch's views (views.py)."""
+    outputs = frozenset(graph.outputs)
+    results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
+                               runtime=runtime, opset=graph.opsets.get("", 0))
+    if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
+        results = eager_views(results, outputs)
+    return tuple(results)
+
+
 def node_kernels(results: Sequence[NodeResult]) -> list[Kernel]:
     """One kernel per costed or unsupported node, in graph order (unfused execution)."""
     return [Kernel(r.node.name, (r.node.name,), r.node.op_type, r.cost)
@@ -96,12 +108,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     pred = resolve_predictor(predictor)
     proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
-    graph_results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))),
-                                     frozenset(graph.outputs), runtime=runtime,
-                                     opset=graph.opsets.get("", 0))
-    results = graph_results
-    if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
-        results = eager_views(results, frozenset(graph.outputs))
+    results = prepare(graph, runtime)
+    node_count = len(results)
     if runtime == "graph" and mode == "inference":
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
@@ -121,7 +129,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
         unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
-        fusion=fusion, dims=dict(dims or {}), node_count=len(graph_results),
+        fusion=fusion, dims=dict(dims or {}), node_count=node_count,
         zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )
 

@@ -36,7 +36,7 @@ class Distributed:
     tp: int
     pp: int
     microbatches: int
-    recompute: bool
+    recompute: str  # parallel.layout.RECOMPUTE
     sequence_parallel: bool
     zero: int
     clip_grad: bool
@@ -69,7 +69,9 @@ def parse_variant(variant: str, models: Path) -> Distributed:
     return Distributed(
         dp=degree if kind == "dp" else 1, tp=degree if kind == "tp" else 1,
         pp=degree if kind == "pp" else 1, microbatches=int(m["micro"] or 1),
-        recompute=cfg.get("megatron_lm_recompute_activations", "false").lower() in true,
+        # accelerate's MegatronLMPlugin sets recompute_granularity "selective" for it
+        recompute=("selective" if cfg.get("megatron_lm_recompute_activations", "false").lower()
+                   in true else "none"),
         sequence_parallel=cfg.get("megatron_lm_sequence_parallelism", "false").lower() in true,
         zero=1 if cfg.get("megatron_lm_use_distributed_optimizer", "false").lower() in true
         else 0,

@@ -8,13 +8,11 @@ from dataclasses import replace
 
 import onnx
 
-from ..analyzer.analysis import cost_graph
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import FusionRules
 from ..analyzer.graph import build_graph, load_model
-from ..analyzer.pipeline import group_kernels, node_kernels, resolve_predictor
+from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
-from ..analyzer.rewrites import fold_linear_bias
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
 from ..analyzer.types import Kernel, OpCost
@@ -36,13 +34,15 @@ MEGATRON_FUSION = FusionRules("megatron",
                               softmax_prologue_dtypes=frozenset({"float16", "bfloat16"}))
 
 
-def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None):
+def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None,
+           runtime: str = "eager"):
+    """The model's nodes as each rank's runtime runs them (the single-GPU front end)."""
     proto = load_model(model)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
     graph = build_graph(proto, dims)
-    return proto, graph, fold_linear_bias(cost_graph(graph))
+    return proto, graph, prepare(graph, runtime)
 
 
 def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
@@ -107,7 +107,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if device is not None:
         cl = replace(cl, device=load_device(device))
     pred = resolve_predictor(predictor)
-    proto, graph, results = _graph(model, dims)
+    proto, graph, results = _graph(model, dims, runtime)
     s = recognize(results)
     warnings = list(s.warnings)
     if (layout.tp > 1 or layout.pp > 1 or layers) and not s.layers:

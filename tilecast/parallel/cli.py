@@ -15,7 +15,7 @@ from .search import search
 def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mode: str,
                  predictor: str, optimizer: str, fmt: str, parallel: str, microbatches: int,
                  cluster: str | None, gpus: int | None, global_batch: int | None,
-                 layers: int | None, zero: int, sequence_parallel: bool, recompute: bool,
+                 layers: int | None, zero: int, sequence_parallel: bool, recompute: str,
                  virtual_stages: int = 1, runtime: str = "eager", fusion: bool = False) -> str:
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")

@@ -10,6 +10,11 @@ from ..errors import TilecastError
 # https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
 DDP_BUCKET_MB = 25.0
 ZERO_STAGES = (0, 1, 2, 3)  # 0: plain DDP; 3 is FSDP's FULL_SHARD
+# Activation recomputation (Korthikanti et al., "Reducing Activation Recomputation in Large
+# Transformer Models", arXiv:2205.05198, 2022): "selective" recomputes the attention core
+# (QK^T, softmax, dropout, attention over V) in the backward and keeps everything else;
+# "full" keeps each layer's input and recomputes the whole layer.
+RECOMPUTE = ("none", "selective", "full")
 
 
 @dataclass(frozen=True)
@@ -20,7 +25,7 @@ class Layout:
     microbatches: int = 1  # per step and data-parallel rank
     zero: int = 0
     sequence_parallel: bool = False
-    recompute: bool = False  # full activation recomputation
+    recompute: str = "none"  # RECOMPUTE; True / False are read as "full" / "none"
     bucket_mb: float = DDP_BUCKET_MB
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per GPU (Megatron-LM)
 
@@ -34,6 +39,11 @@ class Layout:
         if self.virtual_stages > 1 and (self.pp == 1 or self.microbatches % self.pp):
             raise TilecastError("layout: an interleaved pipeline (virtual_stages > 1) needs "
                                 "pp > 1 and microbatches divisible by pp (as Megatron-LM does)")
+        if isinstance(self.recompute, bool):  # the earlier boolean form: full or none
+            object.__setattr__(self, "recompute", "full" if self.recompute else "none")
+        if self.recompute not in RECOMPUTE:
+            raise TilecastError(f"layout: recompute must be one of {', '.join(RECOMPUTE)}, "
+                                f"got {self.recompute!r}")
         if self.bucket_mb <= 0:
             raise TilecastError(f"layout: bucket_mb must be positive, got {self.bucket_mb}")
 
@@ -44,7 +54,8 @@ class Layout:
     def label(self) -> str:
         extra = "".join((f",zero={self.zero}" if self.zero else "",
                          ",sp" if self.sequence_parallel else "",
-                         ",recompute" if self.recompute else "",
+                         {"none": "", "full": ",recompute"}.get(
+                             self.recompute, f",recompute={self.recompute}"),
                          f",vp={self.virtual_stages}" if self.virtual_stages > 1 else ""))
         return f"dp={self.dp},tp={self.tp},pp={self.pp},mb={self.microbatches}{extra}"
 

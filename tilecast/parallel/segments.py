@@ -30,6 +30,11 @@ class Segment:
     param_elems: float = 0.0  # per tensor-parallel rank
     param_bytes: float = 0.0
     activation_bytes: float = 0.0  # saved for the backward, per microbatch
+    # The attention cores' share (selective recomputation drops these activations and runs
+    # these forward kernels again in the backward)
+    core_fwd_ms: float = 0.0
+    core_fwd_flops: float = 0.0
+    core_activation_bytes: float = 0.0
     hidden_bytes: float = 0.0  # the hidden state between layers (p2p, recomputation)
     tp_fwd: list[tuple[str, float]] = field(default_factory=list)  # (op, bytes) per call
     tp_bwd: list[tuple[str, float]] = field(default_factory=list)
@@ -49,7 +54,8 @@ class Segment:
 
 
 SUMMED = ("fwd_ms", "bwd_ms", "update_ms", "update_bytes", "fwd_flops", "bwd_flops",
-          "param_elems", "param_bytes", "activation_bytes")
+          "param_elems", "param_bytes", "activation_bytes", "core_fwd_ms", "core_fwd_flops",
+          "core_activation_bytes")
 
 
 def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
@@ -78,6 +84,7 @@ def _aliases(results: Sequence[NodeResult], keys: Mapping[str, str]) -> set[str]
 def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
                  index: Mapping[str, int], owner: Mapping[str, int], aliases: set[str]
                  ) -> None:
+    core = {i for b in s.blocks for i in b.core}
     for kf in kernels:
         k = kf.kernel
         if k.phase == "update" and k.name.rsplit(".", 1)[0] in aliases:
@@ -86,6 +93,9 @@ def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
         if k.phase == "forward":
             seg.fwd_ms += kf.latency_ms
             seg.fwd_flops += k.flops
+            if k.nodes and index.get(k.nodes[0]) in core:
+                seg.core_fwd_ms += kf.latency_ms
+                seg.core_fwd_flops += k.flops
         elif k.phase == "backward":
             seg.bwd_ms += kf.latency_ms
             seg.bwd_flops += k.flops
@@ -111,10 +121,12 @@ def _add_params(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: R
 
 def _saves_input(res: NodeResult, name: str) -> bool:
     """Whether autograd keeps input ``name`` of this consumer for its backward: not for
-    adds, dropouts (they keep a mask), softmax (it keeps its output) or scaling by a
-    constant."""
+    adds, dropouts (they keep a mask), softmax (it keeps its output), scaling by a constant
+    or data movement (a copy's gradient is the inverse permute, split or slice of dY)."""
     node = res.node
     if node.op_type in ("Add", "Sub", "Dropout", "Softmax"):
+        return False
+    if res.cost is not None and res.cost.family == "movement":
         return False
     if node.op_type in ("Mul", "Div"):
         other = [t for t in node.inputs if t is not None and t.name != name]
@@ -141,6 +153,7 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
                 return True
         return False
 
+    internal = {i for b in s.blocks for i in b.core if i != b.core_out}
     for i, res in enumerate(results):
         node = res.node
         if res.outcome != "costed" and node.op_type != "Dropout":
@@ -149,11 +162,15 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
         if t.shape is None or not t.dtype.startswith(FLOAT):
             continue
         div = tp if (i in r.split or i in r.column) else 1
-        seg = segs[s.segment(i)]
+        nbytes = 0.0
         if node.op_type == "Dropout":
-            seg.activation_bytes += t.numel / div  # the one-byte mask
+            nbytes += t.numel / div  # the one-byte mask
         if node.op_type == "Softmax" or saved(t.name):
-            seg.activation_bytes += t.nbytes / div
+            nbytes += t.nbytes / div
+        seg = segs[s.segment(i)]
+        seg.activation_bytes += nbytes
+        if i in internal:
+            seg.core_activation_bytes += nbytes
 
 
 def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structure,

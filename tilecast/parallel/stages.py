@@ -49,8 +49,10 @@ def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
     grads = seg.param_bytes / (dp if z >= 2 else 1)
     opt = seg.param_elems * OPTIMIZER_BYTES[(optimizer, mixed)] / (dp if z >= 1 else 1)
     in_flight = min(layout.microbatches, layout.pp - stage)  # 1F1B (Narayanan et al. 2021)
-    if layout.recompute:  # layer inputs kept, one layer's activations rebuilt at a time
+    if layout.recompute == "full":  # layer inputs kept, one layer's activations rebuilt
         per_mb = seg.hidden_bytes * layers + seg.activation_bytes / max(layers, 1)
+    elif layout.recompute == "selective":  # the attention cores' activations dropped
+        per_mb = seg.activation_bytes - seg.core_activation_bytes
     else:
         per_mb = seg.activation_bytes
     return Memory(weights, grads, opt, per_mb * in_flight, cl.device.memory_gb * GIB)
@@ -90,6 +92,15 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
     return exposed, colls
 
 
+def _recomputed(seg: Segment, layout: Layout) -> tuple[float, float]:
+    """(ms, FLOPs) of forward work the backward runs again, per microbatch."""
+    if layout.recompute == "full":
+        return seg.fwd_ms, seg.fwd_flops
+    if layout.recompute == "selective":
+        return seg.core_fwd_ms, seg.core_fwd_flops
+    return 0.0, 0.0
+
+
 def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
                 ) -> tuple[float, float, float, list[CollectiveForecast]]:
     """(forward ms, backward ms, per-step communication ms, collectives) of one microbatch
@@ -99,11 +110,11 @@ def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
     colls = _tp_collectives(seg, layout, cl, i)
     tp_f = sum(c.total_ms for c in colls if c.phase == "forward")
     tp_b = sum(c.total_ms for c in colls if c.phase == "backward")
-    if layout.recompute:  # the forward runs again, its all-reduces too
+    if layout.recompute == "full":  # the forward runs again, its all-reduces too
         tp_b += tp_f
         bwd = seg.bwd_ms + seg.fwd_ms + tp_b / M
-    else:
-        bwd = seg.bwd_ms + tp_b / M
+    else:  # selective: the attention cores again (no collective inside them)
+        bwd = seg.bwd_ms + _recomputed(seg, layout)[0] + tp_b / M
     fwd = seg.fwd_ms + tp_f / M
     # each of the v chunks on a GPU sends forward and back (the first and last chunk once)
     v = layout.virtual_stages
@@ -135,7 +146,7 @@ def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_
         update = seg.update_ms / (layout.dp if layout.zero >= 1 else 1)
         if clip_ms_per_byte is not None:
             update += clip_ms_per_byte * seg.param_bytes
-        flops = (seg.fwd_flops * (2 if layout.recompute else 1) + seg.bwd_flops) \
+        flops = (seg.fwd_flops + seg.bwd_flops + _recomputed(seg, layout)[1]) \
             * layout.microbatches
         ranks.append(RankForecast(
             i, (a, b), pipe.busy_ms[i] - comm, comm + dp_exposed,

@@ -36,6 +36,10 @@ class Block:
     row: int  # node index of the row-parallel weighted matmul
     inner: frozenset[int]  # nodes between them, split across tensor-parallel ranks
     heads: int  # attention heads (0 for an MLP)
+    # Attention core, from Q K^T to probs x V (selective recomputation reruns it); its last
+    # node's output (the context) is the block's and is kept.
+    core: frozenset[int] = frozenset()
+    core_out: int = -1
 
     @property
     def start(self) -> int:
@@ -175,6 +179,7 @@ def _attention(w: _Walker, core: int) -> Block | None:
     node = w.results[core].node
     if w.family(core) == "attention":
         qkv_inputs, out_from = node.inputs, core
+        nodes = frozenset({core})
     else:
         # The scores may also meet a mask branch (cumsum, gathers over the attention mask):
         # only the matmul found matters here.
@@ -188,6 +193,7 @@ def _attention(w: _Walker, core: int) -> Block | None:
         (av_i,) = av
         qkv_inputs, out_from = (*w.results[qk_i].node.inputs,
                                 *w.results[av_i].node.inputs), av_i
+        nodes = w.between([qk_i], av_i) | {qk_i, av_i}
     # The probs operand of probs x V leads back to the core itself: not a stop.
     proj, clean = w.up(qkv_inputs, frozenset({core}))
     if not proj or not clean or not all(w.is_weighted(i) for i in proj):
@@ -198,7 +204,8 @@ def _attention(w: _Walker, core: int) -> Block | None:
     (row,) = out
     shape = node.outputs[0].shape or ()
     heads = shape[-3] if len(shape) >= 3 else 0
-    return Block("attention", tuple(sorted(proj)), row, w.between(sorted(proj), row), heads)
+    return Block("attention", tuple(sorted(proj)), row, w.between(sorted(proj), row), heads,
+                 nodes, out_from)
 
 
 def _mlp(w: _Walker, row: int, used: set[int]) -> Block | None:
