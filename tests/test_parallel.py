@@ -446,13 +446,16 @@ class _Recording(RooflinePredictor):
         return super().predict(kernels, device)
 
 
-@pytest.mark.parametrize("text, attention", [
+@pytest.mark.parametrize("text, attention, grads", [
     # fp32: Megatron-LM's fused scale-mask-softmax needs 16-bit inputs, so the scale runs as
-    # a kernel of its own and torch.softmax after it
-    (TINY, ["Mul", "Softmax"]),
-    (TINY_FP16, ["Fused[Mul+Softmax]"]),
+    # a kernel of its own and torch.softmax after it; autograd differentiates both (softmax:
+    # dY * Y, then the row kernel; the scale: dY * s)
+    (TINY, ["Mul", "Softmax"], ["SoftmaxGrad", "SoftmaxGrad", "MulGrad"]),
+    # 16-bit: the CUDA kernel and its own backward, one row kernel over dY and the saved
+    # probabilities [2, 4, 8, 8]: 3 x 512 x 2 bytes
+    (TINY_FP16, ["Fused[Mul+Softmax]"], ["ScaledMaskedSoftmaxGrad"]),
 ])
-def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention):
+def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention, grads):
     pred = _Recording()
     analyze_parallel(onnx.parser.parse_model(text), Layout(), cluster=_cluster(),
                      predictor=pred, optimizer="none", clip_grad=False, fusion=True)
@@ -460,6 +463,11 @@ def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention
     matmuls = [i for i, op in enumerate(forward) if op == "MatMul"]
     # between the scores (QK^T, the second MatMul) and the probabilities times V (the third)
     assert forward[matmuls[1] + 1:matmuls[2]] == attention
+    backward = [k for k in pred.kernels if k.phase == "backward"
+                and k.op_type in ("SoftmaxGrad", "MulGrad", "ScaledMaskedSoftmaxGrad")]
+    assert [k.op_type for k in backward] == grads
+    if grads == ["ScaledMaskedSoftmaxGrad"]:
+        assert backward[0].cost.bytes == 3 * 512 * 2
 
 
 def test_cli_parallel_honours_fusion(tmp_path):

@@ -13,7 +13,7 @@ depth (tilecast.parallel's ``layers``). Megatron-LM fuses bias + GeLU, bias + dr
 residual add and the masked softmax by default (its ``--bias-gelu-fusion``,
 ``--bias-dropout-fusion`` and ``--masked-softmax-fusion`` flags, on unless disabled;
 megatron/arguments.py), so the forecast uses tilecast.parallel's fused execution
-(``fusion=True``: ``parallel.api.MEGATRON_FUSION``, whose masked softmax fuses in 16-bit only).
+(``fusion=True``: ``parallel.megatron``, whose masked softmax fuses in 16-bit only).
 """
 
 from __future__ import annotations

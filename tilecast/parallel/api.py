@@ -9,7 +9,6 @@ from dataclasses import replace
 import onnx
 
 from ..analyzer.forecast import KernelForecast
-from ..analyzer.fusion import FusionRules
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -21,17 +20,11 @@ from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
 from .forecast import ParallelForecast
 from .layout import Layout
+from .megatron import MEGATRON_FUSION, fused_backward
 from .segments import Segment, segment_costs
 from .stages import build_stages
 from .structure import EPILOGUE, PROLOGUE, recognize
 from .tensor import check_divisible, roles, shard_kernels
-
-# Megatron-LM's fused kernels. Its scale + mask + softmax kernel runs only on 16-bit inputs
-# (FusedScaleMaskSoftmax.is_kernel_available requires input_in_float16); an fp32 model falls
-# back to forward_torch_softmax: the mask (masked_fill) and torch.softmax as kernels of their
-# own. The bias-GeLU and bias-dropout-add fusions apply at every dtype.
-MEGATRON_FUSION = FusionRules("megatron",
-                              softmax_prologue_dtypes=frozenset({"float16", "bfloat16"}))
 
 
 def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None,
@@ -92,8 +85,9 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth).
-    ``fusion`` forecasts Megatron-LM's fused kernels (``MEGATRON_FUSION``: fused elementwise
-    chains such as bias-GeLU and bias-dropout-add; the scale-mask-softmax in 16-bit only).
+    ``fusion`` forecasts Megatron-LM's fused kernels (``megatron.py``: fused elementwise
+    chains such as bias-GeLU and bias-dropout-add; the scale-mask-softmax, forward and
+    backward, in 16-bit only).
     ``fused_optimizer`` forecasts the optimizer step as multi-tensor kernels (Megatron-LM's
     apex FusedAdam, PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per
     parameter without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or
@@ -119,6 +113,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     r = roles(results, s, layout.sequence_parallel)
     forward = group_kernels(graph, results, MEGATRON_FUSION) if fusion else node_kernels(results)
     kernels = training_kernels(graph, results, forward, optimizer=optimizer)
+    if fusion:
+        kernels = fused_backward(kernels, forward, results)
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = shard_kernels(kernels, results, r, index, layout.tp)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
