@@ -518,3 +518,29 @@ def test_recompute_modes_in_layout_and_cli(tmp_path):
         assert json.loads(res.output)["layout"]["recompute"] == want
     bad = CliRunner().invoke(main, args + ["--recompute", "half"])
     assert bad.exit_code == 2 and "half" in bad.output
+
+
+def test_auto_search_takes_the_least_recomputation_that_fits():
+    from types import SimpleNamespace
+
+    from tilecast.parallel import search
+
+    # a stub forecast: memory falls with recomputation and with tp; time rises with it
+    memory = {"none": 3.0, "selective": 2.0, "full": 1.0}
+    cost = {"none": 1.0, "selective": 1.1, "full": 1.3}
+    tried = []
+
+    def run(layout):
+        tried.append((layout.tp, layout.recompute))
+        gib = memory[layout.recompute] / layout.tp
+        return SimpleNamespace(layout=layout, fits=gib <= 1.0,
+                               step_ms=cost[layout.recompute] * (1 + 0.1 * layout.tp))
+
+    found = search(run, 2, 2, 1)  # dp=2,tp=1 and dp=1,tp=2 (pp=2 too)
+    by_tp = {(f.layout.tp, f.layout.pp): f.layout.recompute for f in found}
+    # tp=1 fits only with full recomputation; tp=2 halves the memory: selective fits
+    assert by_tp[(1, 1)] == "full" and by_tp[(2, 1)] == "selective"
+    # it stops at the first mode that fits
+    assert [m for tp, m in tried if tp == 2] == ["none", "selective"]
+    pinned = search(run, 2, 2, 1, recompute="none")
+    assert {f.layout.recompute for f in pinned} == {"none"} and not any(f.fits for f in pinned)

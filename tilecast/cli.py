@@ -136,9 +136,10 @@ def parallel_options(fn: Callable) -> Callable:
                      help="ZeRO stage (3 = FSDP full shard)."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False),
         click.option("--recompute", type=click.Choice(("none", "selective", "full")),
-                     default="none", show_default=True, is_flag=False, flag_value="full",
+                     is_flag=False, flag_value="full",
                      help="Activation recomputation: selective reruns the attention core "
-                     "in the backward, full (also bare --recompute) the whole layer."),
+                     "in the backward, full (also bare --recompute) the whole layer. "
+                     "Default: none; --parallel auto takes the least that fits."),
         click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
                      show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
     )):

@@ -15,8 +15,10 @@ from .search import search
 def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mode: str,
                  predictor: str, optimizer: str, fmt: str, parallel: str, microbatches: int,
                  cluster: str | None, gpus: int | None, global_batch: int | None,
-                 layers: int | None, zero: int, sequence_parallel: bool, recompute: str,
-                 virtual_stages: int = 1, runtime: str = "eager", fusion: bool = False) -> str:
+                 layers: int | None, zero: int, sequence_parallel: bool,
+                 recompute: str | None, virtual_stages: int = 1, runtime: str = "eager",
+                 fusion: bool = False) -> str:
+    """``recompute`` None: none for one layout; ``auto`` takes the least that fits."""
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")
     if cluster is None:
@@ -27,7 +29,7 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
         cl = cluster_for_device(load_device(device))
     else:
         cl = load_cluster(cluster)
-    options = dict(zero=zero, sequence_parallel=sequence_parallel, recompute=recompute)
+    options = dict(zero=zero, sequence_parallel=sequence_parallel)
 
     def run(layout: Layout):
         return analyze_parallel(model, layout, cluster=cl, device=device, dims=dims,
@@ -39,7 +41,8 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
             raise TilecastError("--parallel auto needs --gpus N")
         probe = run(Layout())
         batch = global_batch or gpus * probe.microbatch
-        return render_ranking(search(run, gpus, batch, probe.microbatch, **options), fmt)
+        return render_ranking(search(run, gpus, batch, probe.microbatch, recompute=recompute,
+                                     **options), fmt)
     layout = parse_layout(parallel, microbatches=microbatches, virtual_stages=virtual_stages,
-                          **options)
+                          recompute=recompute or "none", **options)
     return render_parallel(run(layout), fmt)

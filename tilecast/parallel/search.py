@@ -1,13 +1,16 @@
 """``--parallel auto``: every (dp, tp, pp, microbatches) for a GPU count and global batch,
-ranked by step time, keeping the layouts that fit in memory."""
+ranked by step time, keeping the layouts that fit in memory. Unless the recomputation is
+given, each layout takes the least of none, selective and full that fits, as an engineer
+short of memory would."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..errors import TilecastError
 from .forecast import ParallelForecast
-from .layout import Layout
+from .layout import RECOMPUTE, Layout
 
 
 def candidate_layouts(gpus: int, global_batch: int, microbatch: int, **options
@@ -27,14 +30,30 @@ def candidate_layouts(gpus: int, global_batch: int, microbatch: int, **options
     return out
 
 
+def _least_recompute(run: Callable[[Layout], ParallelForecast], layout: Layout
+                     ) -> ParallelForecast:
+    """The layout with the least recomputation that fits (none if none fits)."""
+    first = run(layout)
+    for mode in RECOMPUTE[1:]:
+        if first.fits:
+            break
+        f = run(replace(layout, recompute=mode))
+        if f.fits:
+            return f
+    return first
+
+
 def search(run: Callable[[Layout], ParallelForecast], gpus: int, global_batch: int,
            microbatch: int, **options) -> list[ParallelForecast]:
     """Forecast every candidate ``run`` accepts (layouts the model cannot take, e.g. tp not
-    dividing the heads, are skipped); fitting layouts first, each group by step time."""
+    dividing the heads, are skipped); fitting layouts first, each group by step time.
+    ``recompute=None`` (or left out): each layout with the least recomputation that fits."""
+    escalate = options.get("recompute") is None
+    options = {k: v for k, v in options.items() if not (k == "recompute" and v is None)}
     found = []
     for layout in candidate_layouts(gpus, global_batch, microbatch, **options):
         try:
-            found.append(run(layout))
+            found.append(_least_recompute(run, layout) if escalate else run(layout))
         except TilecastError:
             continue
     if not found:
