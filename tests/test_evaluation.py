@@ -102,7 +102,7 @@ def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
     """The runner's plumbing for a -tp2 label: layout from the name and TP.yaml, the export
     at the per-rank batch with two layers, repeated to the config's depth."""
     import onnx.parser
-    from test_parallel import _text  # the tiny transformer of the parallel tests
+    from parallel_helpers import layers_text  # the tiny transformer of the parallel tests
 
     from tilecast.device_db import load_device
     from tilecast.evaluation import runner
@@ -114,7 +114,7 @@ def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
     (models / "tiny.json").write_text('{"model_type": "gpt2", "n_layer": 3}')
     (models / "parallel" / "TP.yaml").write_text("  megatron_lm_gradient_clipping: 1.0\n")
     graph = tmp_path / "tiny.onnx"
-    onnx.save(onnx.parser.parse_model(_text(2)), graph)
+    onnx.save(onnx.parser.parse_model(layers_text(2)), graph)
     asked = {}
 
     def fake_export(label, cache, progress=None, *, batch=None, layers=None):

@@ -10,8 +10,8 @@ from pathlib import Path
 import onnx.parser
 import pytest
 from click.testing import CliRunner
+from parallel_helpers import LINK, NET, layers_text, make_cluster, tiny_model
 
-from tilecast.analyzer.predictor import RooflinePredictor
 from tilecast.cli import main
 from tilecast.errors import ConfigError, TilecastError
 from tilecast.parallel import (
@@ -23,7 +23,6 @@ from tilecast.parallel import (
     load_cluster,
     parse_layout,
 )
-from tilecast.parallel.cluster import parse_cluster
 from tilecast.parallel.collectives import BASE_LATENCY_US, Span
 from tilecast.parallel.schedule import (
     balanced_stages,
@@ -31,77 +30,6 @@ from tilecast.parallel.schedule import (
     one_f_one_b,
     overlapped_allreduce,
 )
-
-
-# Pre-LN transformer layers: batch 2, seq 8, hidden 16, 4 heads of 4, MLP 64.
-def _weights(i: int) -> str:
-    return (f"float[16] g1_{i} = {{1.0}}, float[16] b1_{i} = {{0.0}}, "
-            f"float[16, 48] wqkv_{i} = {{0.0}}, float[16, 16] wo_{i} = {{0.0}}, "
-            f"float[16] g2_{i} = {{1.0}}, float[16] b2_{i} = {{0.0}}, "
-            f"float[16, 64] w1_{i} = {{0.0}}, float[64, 16] w2_{i} = {{0.0}}")
-
-
-def _layer(i: int, x: str, y: str) -> str:
-    return f"""
-  n1_{i} = LayerNormalization <axis = -1> ({x}, g1_{i}, b1_{i})
-  qkv_{i} = MatMul(n1_{i}, wqkv_{i})
-  q_{i}, k_{i}, v_{i} = Split <axis = 2, num_outputs = 3> (qkv_{i})
-  qh_{i} = Reshape(q_{i}, hs)
-  kh_{i} = Reshape(k_{i}, hs)
-  vh_{i} = Reshape(v_{i}, hs)
-  qt_{i} = Transpose <perm = [0, 2, 1, 3]> (qh_{i})
-  kt_{i} = Transpose <perm = [0, 2, 3, 1]> (kh_{i})
-  vt_{i} = Transpose <perm = [0, 2, 1, 3]> (vh_{i})
-  s_{i} = MatMul(qt_{i}, kt_{i})
-  ss_{i} = Mul(s_{i}, sc)
-  p_{i} = Softmax <axis = -1> (ss_{i})
-  o_{i} = MatMul(p_{i}, vt_{i})
-  ot_{i} = Transpose <perm = [0, 2, 1, 3]> (o_{i})
-  om_{i} = Reshape(ot_{i}, hm)
-  a_{i} = MatMul(om_{i}, wo_{i})
-  r1_{i} = Add(a_{i}, {x})
-  n2_{i} = LayerNormalization <axis = -1> (r1_{i}, g2_{i}, b2_{i})
-  h_{i} = MatMul(n2_{i}, w1_{i})
-  act_{i} = Relu(h_{i})
-  m_{i} = MatMul(act_{i}, w2_{i})
-  {y} = Add(m_{i}, r1_{i})"""
-
-
-def _text(layers: int) -> str:
-    names = ["x", *(f"y{i}" for i in range(1, layers)), "y"]
-    weights = ", ".join(_weights(i) for i in range(layers))
-    body = "".join(_layer(i, names[i], names[i + 1]) for i in range(layers))
-    return f"""<ir_version: 8, opset_import: ["" : 18]>
-g (float[2, 8, 16] x) => (float[2, 8, 16] y)
-<{weights}, int64[4] hs = {{2, 8, 4, 4}}, int64[3] hm = {{2, 8, 16}}, float sc = {{0.5}}> {{
-{body}
-}}"""
-
-
-TINY = _text(1)
-# The same layer in fp16 (the text format writes float16 literals as their bits: 1.0 = 0x3C00,
-# 0.5 = 0x3800).
-TINY_FP16 = (TINY.replace("float[", "float16[").replace("float sc = {0.5}", "float16 sc = {14336}")
-             .replace("{1.0}", "{15360}").replace("{0.0}", "{0}"))
-
-LINK = {"fabric": "nvswitch", "generation": "test", "bandwidth_gbps": 100, "latency_us": 2}
-NET = {"fabric": "infiniband", "generation": "test", "bandwidth_gbps": 10, "latency_us": 5}
-SOURCES = {"gpus_per_node": "test", "intra_node.bandwidth_gbps": "test",
-           "intra_node.latency_us": "test", "inter_node.bandwidth_gbps": "test",
-           "inter_node.latency_us": "test"}
-
-
-def _cluster(**change):
-    obj = {"name": "test", "description": "test cluster", "gpu": "a100-sxm4-80gb",
-           "gpus_per_node": 8, "intra_node": dict(LINK), "inter_node": dict(NET),
-           "sources": dict(SOURCES)}
-    obj.update(change)
-    return parse_cluster(obj, "test.json")
-
-
-def _model():
-    return onnx.parser.parse_model(TINY)
-
 
 BASE = BASE_LATENCY_US * 1e-3  # ms
 
@@ -119,7 +47,7 @@ BASE = BASE_LATENCY_US * 1e-3  # ms
     ("send-recv", 1e8, 2, "p2p", BASE + 2e-3 + 1.0),
 ])
 def test_collective_costs_match_alpha_beta(op, nbytes, ranks, algo, expected_ms):
-    c = collective_cost(op, nbytes, Span(ranks, ranks), _cluster())
+    c = collective_cost(op, nbytes, Span(ranks, ranks), make_cluster())
     assert c.algorithm == algo
     assert c.latency_ms == pytest.approx(expected_ms, rel=1e-9)
     assert c.link.startswith("intra-node nvswitch")
@@ -131,16 +59,16 @@ def test_all_reduce_across_nodes_is_hierarchical():
     # all-gather (same as the reduce-scatter).
     intra = 7 * 2e-3 + 7 / 8 * 10
     inter = 2 * 5e-3 + 1.0 * 1.25e8 / 10e9 * 1e3
-    c = collective_cost("all-reduce", 1e9, Span(16, 8), _cluster())
+    c = collective_cost("all-reduce", 1e9, Span(16, 8), make_cluster())
     assert c.algorithm == "hierarchical"
     assert c.latency_ms == pytest.approx(BASE + 2 * intra + inter, rel=1e-9)
 
 
 def test_one_rank_per_node_uses_the_network_and_one_rank_costs_nothing():
-    c = collective_cost("all-reduce", 1e9, group_span(4, 8, 8), _cluster())
+    c = collective_cost("all-reduce", 1e9, group_span(4, 8, 8), make_cluster())
     assert c.link.startswith("inter-node") and c.latency_ms == pytest.approx(
         BASE + 6 * 5e-3 + 1.5 * 100)
-    assert collective_cost("all-reduce", 1e9, Span(1, 1), _cluster()).latency_ms == 0
+    assert collective_cost("all-reduce", 1e9, Span(1, 1), make_cluster()).latency_ms == 0
 
 
 def test_presets_load_with_sources_and_device_bandwidths():
@@ -161,12 +89,12 @@ def test_presets_load_with_sources_and_device_bandwidths():
 ])
 def test_cluster_json_errors_name_the_field(change, field):
     with pytest.raises(ConfigError, match=f"field '{field}'"):
-        _cluster(**change)
+        make_cluster(**change)
 
 
 def test_tensor_parallel_shards_each_linear_and_the_heads():
-    f1 = analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor="roofline")
-    f2 = analyze_parallel(_model(), Layout(tp=2), cluster=_cluster(), predictor="roofline")
+    f1 = analyze_parallel(tiny_model(), Layout(), cluster=make_cluster(), predictor="roofline")
+    f2 = analyze_parallel(tiny_model(), Layout(tp=2), cluster=make_cluster(), predictor="roofline")
     assert f2.graph_layers == 1
     ar = [c for c in f2.collectives if c.group == "tp"]
     # one all-reduce per block forward (attention, MLP) and backward, of [2, 8, 16] fp32
@@ -182,7 +110,7 @@ def test_tensor_parallel_per_rank_matmul_shapes():
     from tilecast.parallel.structure import recognize
     from tilecast.parallel.tensor import roles, shard_kernels
 
-    _, graph, results = _graph(_model(), None)
+    _, graph, results = _graph(tiny_model(), None)
     s = recognize(results)
     assert [(b.kind, b.heads) for b in s.blocks] == [("attention", 4), ("mlp", 0)]
     kernels = training_kernels(graph, results, node_kernels(results))
@@ -201,10 +129,10 @@ def test_unrecognized_structure_is_an_error_for_tensor_parallel():
     text = """<ir_version: 8, opset_import: ["" : 18]>
 g (float[4, 16] x) => (float[4, 8] y) <float[16, 8] w = {0.0}> { y = MatMul(x, w) }"""
     with pytest.raises(TilecastError, match="no attention pattern"):
-        analyze_parallel(onnx.parser.parse_model(text), Layout(tp=2), cluster=_cluster(),
+        analyze_parallel(onnx.parser.parse_model(text), Layout(tp=2), cluster=make_cluster(),
                          predictor="roofline")
     with pytest.raises(TilecastError, match="does not divide the 4 attention heads"):
-        analyze_parallel(_model(), Layout(tp=8), cluster=_cluster(), predictor="roofline")
+        analyze_parallel(tiny_model(), Layout(tp=8), cluster=make_cluster(), predictor="roofline")
 
 
 @pytest.mark.parametrize("stages, micro", [(4, 1), (4, 4), (8, 32), (1, 8)])
@@ -234,19 +162,19 @@ def test_ddp_buckets_overlap_the_backward():
 def test_memory_accounting_per_gpu():
     # split over tp=2: wqkv 768 + wo 256 + w1 1024 + w2 1024 = 3072 -> 1536 per rank;
     # LayerNorm scales and biases (4 x 16) are replicated: 1600 fp32 parameters per rank.
-    f = analyze_parallel(_model(), Layout(tp=2, dp=2), cluster=_cluster(),
+    f = analyze_parallel(tiny_model(), Layout(tp=2, dp=2), cluster=make_cluster(),
                          predictor="roofline", optimizer="adam")
     m = f.ranks[0].memory
     assert (m.weights, m.gradients, m.optimizer) == (1600 * 4, 1600 * 4, 1600 * 8)
-    z = analyze_parallel(_model(), Layout(tp=2, dp=2, zero=3), cluster=_cluster(),
+    z = analyze_parallel(tiny_model(), Layout(tp=2, dp=2, zero=3), cluster=make_cluster(),
                          predictor="roofline", optimizer="adam").ranks[0].memory
     assert (z.weights, z.gradients, z.optimizer) == (3200, 3200, 6400)
     assert m.activations > 0 and m.fits
 
 
 def test_layer_replication_and_pipeline_stages():
-    f = analyze_parallel(onnx.parser.parse_model(_text(2)), Layout(pp=2, microbatches=4),
-                         cluster=_cluster(), predictor="roofline", layers=4)
+    f = analyze_parallel(onnx.parser.parse_model(layers_text(2)), Layout(pp=2, microbatches=4),
+                         cluster=make_cluster(), predictor="roofline", layers=4)
     assert f.layers == 4 and [r.layers for r in f.ranks] == [(0, 2), (2, 4)]
     assert all(r.bubble_ms > 0 for r in f.ranks)
     assert any(c.op == "send-recv" for c in f.collectives)
@@ -261,7 +189,7 @@ def test_bad_layouts(text):
 
 def test_cli_parallel_json_lists_collectives(tmp_path):
     path = tmp_path / "tiny.onnx"
-    onnx.save(_model(), path)
+    onnx.save(tiny_model(), path)
     res = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
                                     "dp=2,tp=2", "--cluster", "dgx-a100", "--predictor",
                                     "roofline", "--format", "json"])
@@ -293,12 +221,12 @@ def test_cli_parallel_json_lists_collectives(tmp_path):
 def test_layer_replication_equals_the_deeper_graph():
     # a two-layer graph's first layer is a whole one (norm, both blocks, residual adds):
     # repeated to three layers it forecasts what the three-layer graph does
-    deep, shallow = onnx.parser.parse_model(_text(3)), onnx.parser.parse_model(_text(2))
-    assert analyze_parallel(deep, Layout(), cluster=_cluster(),
+    deep, shallow = onnx.parser.parse_model(layers_text(3)), onnx.parser.parse_model(layers_text(2))
+    assert analyze_parallel(deep, Layout(), cluster=make_cluster(),
                             predictor="roofline").graph_layers == 3
     for layout in (Layout(dp=2), Layout(tp=2), Layout(pp=3, microbatches=2)):
-        a = analyze_parallel(deep, layout, cluster=_cluster(), predictor="roofline")
-        b = analyze_parallel(shallow, layout, cluster=_cluster(), predictor="roofline",
+        a = analyze_parallel(deep, layout, cluster=make_cluster(), predictor="roofline")
+        b = analyze_parallel(shallow, layout, cluster=make_cluster(), predictor="roofline",
                              layers=3)
         assert a.step_ms == pytest.approx(b.step_ms, rel=1e-9), layout
         assert [r.memory.total for r in a.ranks] == pytest.approx(
@@ -306,11 +234,11 @@ def test_layer_replication_equals_the_deeper_graph():
 
 
 def test_sequence_parallel_and_zero_change_the_collectives():
-    sp = analyze_parallel(_model(), Layout(tp=2, sequence_parallel=True), cluster=_cluster(),
-                          predictor="roofline")
+    sp = analyze_parallel(tiny_model(), Layout(tp=2, sequence_parallel=True),
+                          cluster=make_cluster(), predictor="roofline")
     assert {c.op for c in sp.collectives if c.group == "tp"} == {"reduce-scatter",
                                                                   "all-gather"}
-    z1 = analyze_parallel(_model(), Layout(dp=2, zero=1), cluster=_cluster(),
+    z1 = analyze_parallel(tiny_model(), Layout(dp=2, zero=1), cluster=make_cluster(),
                           predictor="roofline")
     assert {(c.op, c.exposed) for c in z1.collectives} == {("reduce-scatter", False),
                                                            ("all-gather", True)}
@@ -327,7 +255,7 @@ def test_group_span_follows_megatron_rank_order():
 def test_report_formats(fmt, marker):
     from tilecast.parallel.report import render_parallel
 
-    f = analyze_parallel(_model(), Layout(dp=2, tp=2), cluster=_cluster(),
+    f = analyze_parallel(tiny_model(), Layout(dp=2, tp=2), cluster=make_cluster(),
                          predictor="roofline")
     text = render_parallel(f, fmt)
     assert marker in text and "all-reduce" in text
@@ -346,7 +274,7 @@ def test_cluster_for_device_picks_the_labels_nodes():
 def test_collectives_are_kernels_of_family_collective():
     from tilecast.analyzer.types import FAMILIES
 
-    f = analyze_parallel(_model(), Layout(dp=2, tp=2), cluster=_cluster(),
+    f = analyze_parallel(tiny_model(), Layout(dp=2, tp=2), cluster=make_cluster(),
                          predictor="roofline")
     kernels = f.kernels(0)
     assert kernels and {k.kernel.family for k in kernels} == {"collective"} <= set(FAMILIES)
@@ -372,7 +300,8 @@ def test_a_head_after_the_layers_is_not_a_layer():
     from tilecast.parallel.api import _graph
     from tilecast.parallel.structure import recognize
 
-    text = _text(2).replace("=> (float[2, 8, 16] y)", "=> (float[2, 8, 16] y, float[2, 8, 4] z)")
+    text = layers_text(2).replace("=> (float[2, 8, 16] y)",
+                                  "=> (float[2, 8, 16] y, float[2, 8, 4] z)")
     text = text.replace("float sc = {0.5}>", "float sc = {0.5}, float[16, 16] wp = {0.0}, "
                                              "float[16, 4] wc = {0.0}>")
     text = text.rsplit("}", 1)[0] + "  pl = MatMul(y, wp)\n  pt = Tanh(pl)\n  z = MatMul(pt, wc)\n}"
@@ -425,7 +354,7 @@ def test_each_rank_issues_its_kernels_like_the_single_gpu_runtime(runtime):
     # only kernels issued before the host's lead builds up wait. Graph: no dispatch at all, and
     # each kernel's launch overhead becomes 0.5 us.
     pred = _HostBoundPredictor()
-    f = analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor=pred,
+    f = analyze_parallel(tiny_model(), Layout(), cluster=make_cluster(), predictor=pred,
                          optimizer="none", clip_grad=False, runtime=runtime)
     gpu = [1.0 if k.family == "matmul" else 0.001 for k in pred.kernels]
     small = sum(g < 0.01 for g in gpu)
@@ -436,111 +365,5 @@ def test_each_rank_issues_its_kernels_like_the_single_gpu_runtime(runtime):
 
 def test_unknown_runtime_is_an_error():
     with pytest.raises(TilecastError, match="unknown runtime"):
-        analyze_parallel(_model(), Layout(), cluster=_cluster(), predictor="roofline",
+        analyze_parallel(tiny_model(), Layout(), cluster=make_cluster(), predictor="roofline",
                          runtime="jit")
-
-
-class _Recording(RooflinePredictor):
-    def predict(self, kernels, device):
-        self.kernels = list(kernels)
-        return super().predict(kernels, device)
-
-
-@pytest.mark.parametrize("text, attention, grads", [
-    # fp32: Megatron-LM's fused scale-mask-softmax needs 16-bit inputs, so the scale runs as
-    # a kernel of its own and torch.softmax after it; autograd differentiates both (softmax:
-    # dY * Y, then the row kernel; the scale: dY * s)
-    (TINY, ["Mul", "Softmax"], ["SoftmaxGrad", "SoftmaxGrad", "MulGrad"]),
-    # 16-bit: the CUDA kernel and its own backward, one row kernel over dY and the saved
-    # probabilities [2, 4, 8, 8]: 3 x 512 x 2 bytes
-    (TINY_FP16, ["Fused[Mul+Softmax]"], ["ScaledMaskedSoftmaxGrad"]),
-])
-def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention, grads):
-    pred = _Recording()
-    analyze_parallel(onnx.parser.parse_model(text), Layout(), cluster=_cluster(),
-                     predictor=pred, optimizer="none", clip_grad=False, fusion=True)
-    forward = [k.op_type for k in pred.kernels if k.phase == "forward"]
-    matmuls = [i for i, op in enumerate(forward) if op == "MatMul"]
-    # between the scores (QK^T, the second MatMul) and the probabilities times V (the third)
-    assert forward[matmuls[1] + 1:matmuls[2]] == attention
-    backward = [k for k in pred.kernels if k.phase == "backward"
-                and k.op_type in ("SoftmaxGrad", "MulGrad", "ScaledMaskedSoftmaxGrad")]
-    assert [k.op_type for k in backward] == grads
-    if grads == ["ScaledMaskedSoftmaxGrad"]:
-        assert backward[0].cost.bytes == 3 * 512 * 2
-
-
-def test_cli_parallel_honours_fusion(tmp_path):
-    path = tmp_path / "tiny.onnx"
-    onnx.save(_model(), path)
-    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
-            "dgx-a100", "--predictor", "roofline", "--format", "json"]
-    plain, fused = (CliRunner().invoke(main, args + extra) for extra in ([], ["--fusion"]))
-    assert plain.exit_code == 0 and fused.exit_code == 0, plain.output + fused.output
-    # the fused run launches fewer kernels (Split + Transpose, the output Transpose)
-    assert json.loads(fused.output)["step_ms"] < json.loads(plain.output)["step_ms"]
-
-
-def test_selective_recomputation_reruns_the_attention_core_only():
-    pred = _Recording()
-    ranks = {r: analyze_parallel(_model(), Layout(recompute=r), cluster=_cluster(),
-                                 predictor=pred if r == "none" else "roofline",
-                                 optimizer="none", clip_grad=False).ranks[0]
-             for r in ("none", "selective", "full")}
-    forward = [k for k in pred.kernels if k.phase == "forward"]
-    matmuls = [i for i, k in enumerate(forward) if k.op_type == "MatMul"]
-    # the core: Q K^T, the scale, the softmax and probs x V (the second to the third MatMul)
-    core_flops = sum(k.flops for k in forward[matmuls[1]:matmuls[2] + 1])
-    fwd_flops = sum(k.flops for k in forward)
-    none, sel, full = ranks["none"], ranks["selective"], ranks["full"]
-    assert sel.flops - none.flops == pytest.approx(core_flops)
-    assert full.flops - none.flops == pytest.approx(fwd_flops)
-    # of the core's tensors only the softmax output [2, 4, 8, 8] fp32 is kept (the scores are
-    # scaled by a constant, which keeps nothing; the context feeds the output projection)
-    assert none.memory.activations - sel.memory.activations == 2 * 4 * 8 * 8 * 4
-    assert none.step_ms < sel.step_ms < full.step_ms
-
-
-def test_recompute_modes_in_layout_and_cli(tmp_path):
-    assert Layout(recompute=True).recompute == "full"
-    assert Layout(recompute=False).recompute == "none"
-    assert Layout(recompute="selective").label().endswith("recompute=selective")
-    with pytest.raises(TilecastError, match="recompute must be one of"):
-        Layout(recompute="some")
-    path = tmp_path / "tiny.onnx"
-    onnx.save(_model(), path)
-    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
-            "dgx-a100", "--predictor", "roofline", "--format", "json"]
-    for extra, want in (([], "none"), (["--recompute"], "full"),
-                        (["--recompute", "selective"], "selective")):
-        res = CliRunner().invoke(main, args + extra)
-        assert res.exit_code == 0, res.output
-        assert json.loads(res.output)["layout"]["recompute"] == want
-    bad = CliRunner().invoke(main, args + ["--recompute", "half"])
-    assert bad.exit_code == 2 and "half" in bad.output
-
-
-def test_auto_search_takes_the_least_recomputation_that_fits():
-    from types import SimpleNamespace
-
-    from tilecast.parallel import search
-
-    # a stub forecast: memory falls with recomputation and with tp; time rises with it
-    memory = {"none": 3.0, "selective": 2.0, "full": 1.0}
-    cost = {"none": 1.0, "selective": 1.1, "full": 1.3}
-    tried = []
-
-    def run(layout):
-        tried.append((layout.tp, layout.recompute))
-        gib = memory[layout.recompute] / layout.tp
-        return SimpleNamespace(layout=layout, fits=gib <= 1.0,
-                               step_ms=cost[layout.recompute] * (1 + 0.1 * layout.tp))
-
-    found = search(run, 2, 2, 1)  # dp=2,tp=1 and dp=1,tp=2 (pp=2 too)
-    by_tp = {(f.layout.tp, f.layout.pp): f.layout.recompute for f in found}
-    # tp=1 fits only with full recomputation; tp=2 halves the memory: selective fits
-    assert by_tp[(1, 1)] == "full" and by_tp[(2, 1)] == "selective"
-    # it stops at the first mode that fits
-    assert [m for tp, m in tried if tp == 2] == ["none", "selective"]
-    pinned = search(run, 2, 2, 1, recompute="none")
-    assert {f.layout.recompute for f in pinned} == {"none"} and not any(f.fits for f in pinned)

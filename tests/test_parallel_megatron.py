@@ -1,0 +1,116 @@
+"""tilecast.parallel as Megatron-LM runs: its fused kernels (the masked softmax in 16-bit only,
+with its own backward), selective and full recomputation, and --parallel auto choosing the
+least recomputation that fits."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import onnx.parser
+import pytest
+from click.testing import CliRunner
+from parallel_helpers import TINY, TINY_FP16, Recording, make_cluster, tiny_model
+
+from tilecast.cli import main
+from tilecast.errors import TilecastError
+from tilecast.parallel import Layout, analyze_parallel, search
+
+
+@pytest.mark.parametrize("text, attention, grads", [
+    # fp32: Megatron-LM's fused scale-mask-softmax needs 16-bit inputs, so the scale runs as
+    # a kernel of its own and torch.softmax after it; autograd differentiates both (softmax:
+    # dY * Y, then the row kernel; the scale: dY * s)
+    (TINY, ["Mul", "Softmax"], ["SoftmaxGrad", "SoftmaxGrad", "MulGrad"]),
+    # 16-bit: the CUDA kernel and its own backward, one row kernel over dY and the saved
+    # probabilities [2, 4, 8, 8]: 3 x 512 x 2 bytes
+    (TINY_FP16, ["Fused[Mul+Softmax]"], ["ScaledMaskedSoftmaxGrad"]),
+])
+def test_megatron_fusion_fuses_the_scaled_softmax_in_16_bit_only(text, attention, grads):
+    pred = Recording()
+    analyze_parallel(onnx.parser.parse_model(text), Layout(), cluster=make_cluster(),
+                     predictor=pred, optimizer="none", clip_grad=False, fusion=True)
+    forward = [k.op_type for k in pred.kernels if k.phase == "forward"]
+    matmuls = [i for i, op in enumerate(forward) if op == "MatMul"]
+    # between the scores (QK^T, the second MatMul) and the probabilities times V (the third)
+    assert forward[matmuls[1] + 1:matmuls[2]] == attention
+    backward = [k for k in pred.kernels if k.phase == "backward"
+                and k.op_type in ("SoftmaxGrad", "MulGrad", "ScaledMaskedSoftmaxGrad")]
+    assert [k.op_type for k in backward] == grads
+    if grads == ["ScaledMaskedSoftmaxGrad"]:
+        assert backward[0].cost.bytes == 3 * 512 * 2
+
+
+def test_cli_parallel_honours_fusion(tmp_path):
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), path)
+    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
+            "dgx-a100", "--predictor", "roofline", "--format", "json"]
+    plain, fused = (CliRunner().invoke(main, args + extra) for extra in ([], ["--fusion"]))
+    assert plain.exit_code == 0 and fused.exit_code == 0, plain.output + fused.output
+    # the fused run launches fewer kernels (Split + Transpose, the output Transpose)
+    assert json.loads(fused.output)["step_ms"] < json.loads(plain.output)["step_ms"]
+
+
+def test_selective_recomputation_reruns_the_attention_core_only():
+    pred = Recording()
+    ranks = {r: analyze_parallel(tiny_model(), Layout(recompute=r), cluster=make_cluster(),
+                                 predictor=pred if r == "none" else "roofline",
+                                 optimizer="none", clip_grad=False).ranks[0]
+             for r in ("none", "selective", "full")}
+    forward = [k for k in pred.kernels if k.phase == "forward"]
+    matmuls = [i for i, k in enumerate(forward) if k.op_type == "MatMul"]
+    # the core: Q K^T, the scale, the softmax and probs x V (the second to the third MatMul)
+    core_flops = sum(k.flops for k in forward[matmuls[1]:matmuls[2] + 1])
+    fwd_flops = sum(k.flops for k in forward)
+    none, sel, full = ranks["none"], ranks["selective"], ranks["full"]
+    assert sel.flops - none.flops == pytest.approx(core_flops)
+    assert full.flops - none.flops == pytest.approx(fwd_flops)
+    # of the core's tensors only the softmax output [2, 4, 8, 8] fp32 is kept (the scores are
+    # scaled by a constant, which keeps nothing; the context feeds the output projection)
+    assert none.memory.activations - sel.memory.activations == 2 * 4 * 8 * 8 * 4
+    assert none.step_ms < sel.step_ms < full.step_ms
+
+
+def test_recompute_modes_in_layout_and_cli(tmp_path):
+    assert Layout(recompute=True).recompute == "full"
+    assert Layout(recompute=False).recompute == "none"
+    assert Layout(recompute="selective").label().endswith("recompute=selective")
+    with pytest.raises(TilecastError, match="recompute must be one of"):
+        Layout(recompute="some")
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), path)
+    args = ["analyze", str(path), "--mode", "training", "--parallel", "dp=2", "--cluster",
+            "dgx-a100", "--predictor", "roofline", "--format", "json"]
+    for extra, want in (([], "none"), (["--recompute"], "full"),
+                        (["--recompute", "selective"], "selective")):
+        res = CliRunner().invoke(main, args + extra)
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["layout"]["recompute"] == want
+    bad = CliRunner().invoke(main, args + ["--recompute", "half"])
+    assert bad.exit_code == 2 and "half" in bad.output
+
+
+def test_auto_search_takes_the_least_recomputation_that_fits():
+    from types import SimpleNamespace
+
+
+    # a stub forecast: memory falls with recomputation and with tp; time rises with it
+    memory = {"none": 3.0, "selective": 2.0, "full": 1.0}
+    cost = {"none": 1.0, "selective": 1.1, "full": 1.3}
+    tried = []
+
+    def run(layout):
+        tried.append((layout.tp, layout.recompute))
+        gib = memory[layout.recompute] / layout.tp
+        return SimpleNamespace(layout=layout, fits=gib <= 1.0,
+                               step_ms=cost[layout.recompute] * (1 + 0.1 * layout.tp))
+
+    found = search(run, 2, 2, 1)  # dp=2,tp=1 and dp=1,tp=2 (pp=2 too)
+    by_tp = {(f.layout.tp, f.layout.pp): f.layout.recompute for f in found}
+    # tp=1 fits only with full recomputation; tp=2 halves the memory: selective fits
+    assert by_tp[(1, 1)] == "full" and by_tp[(2, 1)] == "selective"
+    # it stops at the first mode that fits
+    assert [m for tp, m in tried if tp == 2] == ["none", "selective"]
+    pinned = search(run, 2, 2, 1, recompute="none")
+    assert {f.layout.recompute for f in pinned} == {"none"} and not any(f.fits for f in pinned)
