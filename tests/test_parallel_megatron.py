@@ -10,7 +10,7 @@ import onnx
 import onnx.parser
 import pytest
 from click.testing import CliRunner
-from parallel_helpers import TINY, TINY_FP16, Recording, make_cluster, tiny_model
+from parallel_helpers import TINY, TINY_FP16, Recording, layers_text, make_cluster, tiny_model
 
 from tilecast.cli import main
 from tilecast.errors import TilecastError
@@ -114,3 +114,15 @@ def test_auto_search_takes_the_least_recomputation_that_fits():
     assert [m for tp, m in tried if tp == 2] == ["none", "selective"]
     pinned = search(run, 2, 2, 1, recompute="none")
     assert {f.layout.recompute for f in pinned} == {"none"} and not any(f.fits for f in pinned)
+
+
+def test_a_fused_chain_keeps_its_input_not_its_intermediates():
+    # MLP activation x * exp(x): autograd keeps exp's output [2, 8, 64] fp32 for the product's
+    # backward; fused (Megatron's bias-GeLU function, a compiler's partitioner) only the chain's
+    # input x is kept, which the unfused chain keeps too
+    text = layers_text(1).replace("act_0 = Relu(h_0)", "t_0 = Exp(h_0)\n  act_0 = Mul(t_0, h_0)")
+    plain, fused = (analyze_parallel(onnx.parser.parse_model(text), Layout(),
+                                     cluster=make_cluster(), predictor="roofline",
+                                     fusion=fusion).ranks[0].memory.activations
+                    for fusion in (False, True))
+    assert plain - fused == 2 * 8 * 64 * 4

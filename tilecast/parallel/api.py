@@ -9,6 +9,7 @@ from dataclasses import replace
 import onnx
 
 from ..analyzer.forecast import KernelForecast
+from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -20,7 +21,7 @@ from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
 from .forecast import ParallelForecast
 from .layout import Layout
-from .megatron import MEGATRON_FUSION, fused_backward
+from .megatron import MEGATRON_FUSION, fused_backward, fused_internal
 from .segments import Segment, segment_costs
 from .stages import build_stages
 from .structure import EPILOGUE, PROLOGUE, recognize
@@ -122,7 +123,10 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
-    segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel)
+    internal = fused_internal(results, fusion_groups(graph, results, MEGATRON_FUSION),
+                              frozenset(graph.outputs)) if fusion else frozenset()
+    segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
+                         internal)
     units = _units(segs, s.layers, layers or s.layers)
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "

@@ -5,6 +5,9 @@
   inputs: ``is_kernel_available`` requires ``input_in_float16``, and an fp32 model falls back
   to ``forward_torch_softmax``, the mask (``masked_fill_``) and ``torch.nn.Softmax`` as kernels
   of their own.
+- Saved tensors (``fused_internal``): a fused elementwise chain keeps its input for the
+  backward, not its intermediates (Megatron's ``GeLUFunction`` saves the input and the bias
+  and recomputes the rest; a compiler's partitioner recomputes cheap pointwise work too).
 - Backward (``fused_backward``): that softmax kernel is a CUDA extension with its own backward
   (``scaled_masked_softmax_backward`` / ``scaled_upper_triang_masked_softmax_backward``): one
   row kernel reads dY and the saved probabilities and writes dX, scale included. Autograd's
@@ -18,11 +21,40 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.fusion import FusionRules
+from ..analyzer.fusion import FusionGroup, FusionRules
 from ..analyzer.types import DTYPE_SIZE, Kernel, OpCost
 
 SIXTEEN_BIT = frozenset({"float16", "bfloat16"})
 MEGATRON_FUSION = FusionRules("megatron", softmax_prologue_dtypes=SIXTEEN_BIT)
+
+
+def fused_internal(results: Sequence[NodeResult], groups: Sequence[FusionGroup],
+                   outputs: frozenset[str]) -> frozenset[int]:
+    """Costed nodes of fused groups whose outputs only other costed members read (through
+    the group's views). Dropout is zero-cost in the graph, so fusion passes through it, but a
+    training step runs it as a kernel of its own (training.dropout_kernels): not a member."""
+    readers: dict[str, list[int]] = {}
+    for j, r in enumerate(results):
+        for t in r.node.inputs:
+            if t is not None:
+                readers.setdefault(t.name, []).append(j)
+    out = set()
+    for g in groups:
+        kernels = {i for i in g.members if results[i].cost is not None}
+        views = {i for i in g.members if results[i].cost is None
+                 and results[i].node.op_type != "Dropout"}
+
+        def inside(name: str, views=views, kernels=kernels) -> bool:
+            if name in outputs:
+                return False
+            return all(j in kernels or (j in views and all(
+                inside(t.name) for t in results[j].node.outputs))
+                for j in readers.get(name, ()))
+
+        if len(kernels) > 1:
+            out.update(i for i in kernels
+                       if all(inside(t.name) for t in results[i].node.outputs))
+    return frozenset(out)
 
 
 def _fused_softmax_grad(group: Kernel, softmax: NodeResult) -> Kernel:

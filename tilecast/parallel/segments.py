@@ -135,8 +135,9 @@ def _saves_input(res: NodeResult, name: str) -> bool:
 
 
 def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
-                     tp: int) -> None:
-    """Tensors saved for the backward, per microbatch (views followed to their source)."""
+                     tp: int, internal: frozenset[int]) -> None:
+    """Tensors saved for the backward, per microbatch (views followed to their source); none
+    from the ``internal`` nodes of a fused group (megatron.fused_internal)."""
     consumers: dict[str, list[int]] = defaultdict(list)
     for j, res in enumerate(results):
         for t in res.node.inputs:
@@ -153,10 +154,10 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
                 return True
         return False
 
-    internal = {i for b in s.blocks for i in b.core if i != b.core_out}
+    core = {i for b in s.blocks for i in b.core if i != b.core_out}  # selective drops these
     for i, res in enumerate(results):
         node = res.node
-        if res.outcome != "costed" and node.op_type != "Dropout":
+        if (res.outcome != "costed" and node.op_type != "Dropout") or i in internal:
             continue
         t = node.outputs[0]
         if t.shape is None or not t.dtype.startswith(FLOAT):
@@ -169,7 +170,7 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
             nbytes += t.nbytes / div
         seg = segs[s.segment(i)]
         seg.activation_bytes += nbytes
-        if i in internal:
+        if i in core:
             seg.core_activation_bytes += nbytes
 
 
@@ -194,7 +195,8 @@ def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structu
 
 def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecast],
                   s: Structure, r: Roles, tp: int, proto: onnx.ModelProto,
-                  sequence_parallel: bool) -> dict[int | str, Segment]:
+                  sequence_parallel: bool, internal: frozenset[int] = frozenset(),
+                  ) -> dict[int | str, Segment]:
     segs: dict[int | str, Segment] = defaultdict(Segment)
     index = {res.node.name: i for i, res in enumerate(results)}
     owner: dict[str, int] = {}
@@ -205,7 +207,7 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
     keys = shared_weights(proto)
     _add_kernels(segs, kernels, s, index, owner, _aliases(results, keys))
     _add_params(segs, results, s, r, tp, keys)
-    _add_activations(segs, results, s, r, tp)
+    _add_activations(segs, results, s, r, tp, internal)
     if tp > 1:
         _add_tp_collectives(segs, results, s, sequence_parallel)
     else:
