@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tilecast.learned.dataset import data_hash, load_kernels
+from tilecast.learned.dataset import KernelSamples, data_hash, load_kernels
 
 GPUS = ("Tesla T4", "NVIDIA A100-PCIE-40GB")
 HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Grid x", "Grid y", "Grid z",
@@ -296,3 +296,19 @@ def test_logo_table_shows_the_held_out_shapes_column_and_its_mean():
     assert g2.split()[-3:] == ["30.0%", "-", "16.0%"]
     assert summary(rows) == {"softmax": 25.0}
     assert summary(rows, SHAPES) == {"softmax": 14.0}
+
+
+def test_shared_data_amd_split_u_reproduces_the_launch_grids(dataset_dir: Path) -> None:
+    """Tensile's GlobalSplitU (``_GSU3_`` in the kernel name) splits the reduction along grid
+    y: with it as the split count, tilecast's block count b * ceil(n / MT0) * ceil(m / MT1) *
+    split is the recorded workgroup count on every AMD matmul row (220 of them split)."""
+    from tilecast.learned import tiles as tl
+    from tilecast.learned.prepare import measured_tiles
+
+    s = KernelSamples.concat([load_kernels([dataset_dir], split, vendor="amd")
+                              for split in ("train", "eval")])
+    s = s.select(s.family == "matmul")
+    tm, tn = tl.split_tiles(measured_tiles(s))
+    blocks = s.b * np.ceil(s.n / tm) * np.ceil(s.m / tn) * s.split_k
+    assert len(s) > 6000 and (s.split_k > 1).sum() >= 200
+    assert (blocks == s.grid / s.block_threads).all()  # AMD's grid x counts threads

@@ -16,6 +16,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
+import re
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
@@ -102,9 +103,19 @@ def matmul_dims_of_row(r: dict[str, str]) -> tuple[int, int, int, int]:
     return b, m, k_csv, n_csv
 
 
+# Tensile (rocBLAS / hipBLASLt) splits the reduction with GlobalSplitU: the kernel name says
+# into how many slices (``..._GSU3_...``), launched along grid y, not z: y = ceil(M / MT1) x
+# GSU on every AMD matmul row of the shared data (tests/test_learned_train.py).
+TENSILE_GSU = re.compile(r"_GSU(\d+)")
+
+
 def split_k_of_row(op: str, b: int, r: dict[str, str]) -> int:
-    """Slices of the reduction launched along grid z: a linear's grid z is its split-K count;
-    a bmm's grid z is its batch, times the split when cuBLAS also splits K."""
+    """Slices of the reduction: Tensile's GlobalSplitU from its kernel name; for cuBLAS,
+    launched along grid z: a linear's grid z is its split-K count, a bmm's grid z is its
+    batch, times the split when cuBLAS also splits K."""
+    gsu = TENSILE_GSU.search(r.get("Kernel Name") or "")
+    if gsu:
+        return max(int(gsu.group(1)), 1)
     z = max(_int(r, "Grid z"), 1)
     if op == "linear":
         return z
