@@ -28,32 +28,40 @@ SIXTEEN_BIT = frozenset({"float16", "bfloat16"})
 MEGATRON_FUSION = FusionRules("megatron", softmax_prologue_dtypes=SIXTEEN_BIT)
 
 
+class _Reads:
+    """Who reads each tensor, to tell whether a tensor stays inside a fused group."""
+
+    def __init__(self, results: Sequence[NodeResult], outputs: frozenset[str]) -> None:
+        self.results, self.outputs = results, outputs
+        self.readers: dict[str, list[int]] = {}
+        for j, r in enumerate(results):
+            for t in r.node.inputs:
+                if t is not None:
+                    self.readers.setdefault(t.name, []).append(j)
+
+    def inside(self, name: str, kernels: set[int], views: set[int]) -> bool:
+        """Only the group's kernels read ``name``, directly or through the group's views."""
+        if name in self.outputs:
+            return False
+        return all(j in kernels or (j in views and all(
+            self.inside(t.name, kernels, views) for t in self.results[j].node.outputs))
+            for j in self.readers.get(name, ()))
+
+
 def fused_internal(results: Sequence[NodeResult], groups: Sequence[FusionGroup],
                    outputs: frozenset[str]) -> frozenset[int]:
     """Costed nodes of fused groups whose outputs only other costed members read (through
     the group's views). Dropout is zero-cost in the graph, so fusion passes through it, but a
     training step runs it as a kernel of its own (training.dropout_kernels): not a member."""
-    readers: dict[str, list[int]] = {}
-    for j, r in enumerate(results):
-        for t in r.node.inputs:
-            if t is not None:
-                readers.setdefault(t.name, []).append(j)
-    out = set()
+    reads = _Reads(results, outputs)
+    out: set[int] = set()
     for g in groups:
         kernels = {i for i in g.members if results[i].cost is not None}
         views = {i for i in g.members if results[i].cost is None
                  and results[i].node.op_type != "Dropout"}
-
-        def inside(name: str, views=views, kernels=kernels) -> bool:
-            if name in outputs:
-                return False
-            return all(j in kernels or (j in views and all(
-                inside(t.name) for t in results[j].node.outputs))
-                for j in readers.get(name, ()))
-
         if len(kernels) > 1:
-            out.update(i for i in kernels
-                       if all(inside(t.name) for t in results[i].node.outputs))
+            out.update(i for i in kernels if all(reads.inside(t.name, kernels, views)
+                                                 for t in results[i].node.outputs))
     return frozenset(out)
 
 
