@@ -14,6 +14,10 @@ COLL_COLUMNS = ("name", "group", "op", "phase", "bytes", "ranks", "count", "late
                 "total_ms", "algorithm", "link", "exposed", "stage")
 
 
+def _nodes(n: int) -> str:
+    return f"{n} node" if n == 1 else f"{n} nodes"
+
+
 def _rank_rows(f: ParallelForecast) -> list[list[str]]:
     return [[str(r.stage), f"{r.layers[0]}-{r.layers[1] - 1}", f"{r.compute_ms:.3f}",
              f"{r.exposed_comm_ms:.3f}", f"{r.bubble_ms:.3f}", f"{r.update_ms:.3f}",
@@ -41,7 +45,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
     c, lay = f.cluster, f.layout
     m = max(f.ranks, key=lambda r: r.memory.total).memory
     return [("model", f.model), ("cluster", f"{c.name}: {c.description}"),
-            ("device", c.device.name), ("gpus", f"{lay.gpus} ({c.nodes_for(lay.gpus)} nodes)"),
+            ("device", c.device.name), ("gpus", f"{lay.gpus} ({_nodes(c.nodes_for(lay.gpus))})"),
             ("layout", lay.label()), ("layers", f"{f.layers} (graph: {f.graph_layers})"),
             ("batch", f"global {f.global_batch} = microbatch {f.microbatch} x "
                       f"{lay.microbatches} x dp {lay.dp}"),
