@@ -70,8 +70,8 @@ def _upstream(i: int, results: tuple[NodeResult, ...],
     sources = {t.name: t for k in cone for t in _live(results[k].node) if t.name not in made}
     if len(sources) == 1 and len(cone) <= MAX_CHAIN:
         return cone, next(iter(sources.values()))
-    group, j = {i}, producer.get(results[i].node.inputs[0].name) \
-        if results[i].node.inputs and results[i].node.inputs[0] else None
+    first = results[i].node.input(0)
+    group, j = {i}, producer.get(first.name) if first is not None else None
     while j is not None and _arithmetic(results[j]) and len(group) < MAX_CHAIN:
         live = _live(results[j].node)
         if len(live) != 1:

@@ -42,7 +42,6 @@ class FusionRules:
     a mask); ``None`` for every dtype. Elsewhere the compiler's rule applies.
     """
 
-    name: str = "compiler"
     softmax_prologue_dtypes: frozenset[str] | None = None
 
     def joins(self, consumer: NodeResult) -> bool:

@@ -15,7 +15,7 @@ from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
-from .fusion import COMPILER, FusionRules, fusion_groups
+from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
@@ -72,8 +72,13 @@ def node_kernels(results: Sequence[NodeResult]) -> list[Kernel]:
 def group_kernels(graph: Graph, results: Sequence[NodeResult],
                   rules: FusionRules = COMPILER) -> list[Kernel]:
     """One kernel per fusion group that does any work (fused execution under ``rules``)."""
+    return kernels_of(fusion_groups(graph, tuple(results), rules), results)
+
+
+def kernels_of(groups: Sequence[FusionGroup], results: Sequence[NodeResult]) -> list[Kernel]:
+    """One kernel per group that does any work, named after its first costed node."""
     kernels = []
-    for g in fusion_groups(graph, tuple(results), rules):
+    for g in groups:
         if g.cost is None:
             continue
         names = tuple(results[i].node.name for i in g.members if results[i].cost is not None)

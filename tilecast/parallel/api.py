@@ -11,7 +11,7 @@ import onnx
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
-from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
+from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
@@ -112,7 +112,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if layout.tp > 1:
         check_divisible(results, s, layout.tp)
     r = roles(results, s, layout.sequence_parallel)
-    forward = group_kernels(graph, results, MEGATRON_FUSION) if fusion else node_kernels(results)
+    groups = fusion_groups(graph, results, MEGATRON_FUSION) if fusion else ()
+    forward = kernels_of(groups, results) if fusion else node_kernels(results)
     kernels = training_kernels(graph, results, forward, optimizer=optimizer)
     if fusion:
         kernels = fused_backward(kernels, forward, results)
@@ -123,8 +124,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
-    internal = fused_internal(results, fusion_groups(graph, results, MEGATRON_FUSION),
-                              frozenset(graph.outputs)) if fusion else frozenset()
+    internal = fused_internal(results, groups, frozenset(graph.outputs))
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
                          internal)
     units = _units(segs, s.layers, layers or s.layers)

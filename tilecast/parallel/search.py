@@ -44,16 +44,17 @@ def _least_recompute(run: Callable[[Layout], ParallelForecast], layout: Layout
 
 
 def search(run: Callable[[Layout], ParallelForecast], gpus: int, global_batch: int,
-           microbatch: int, **options) -> list[ParallelForecast]:
+           microbatch: int, *, recompute: str | None = None, **options,
+           ) -> list[ParallelForecast]:
     """Forecast every candidate ``run`` accepts (layouts the model cannot take, e.g. tp not
     dividing the heads, are skipped); fitting layouts first, each group by step time.
     ``recompute=None`` (or left out): each layout with the least recomputation that fits."""
-    escalate = options.get("recompute") is None
-    options = {k: v for k, v in options.items() if not (k == "recompute" and v is None)}
+    if recompute is not None:
+        options["recompute"] = recompute
     found = []
     for layout in candidate_layouts(gpus, global_batch, microbatch, **options):
         try:
-            found.append(_least_recompute(run, layout) if escalate else run(layout))
+            found.append(_least_recompute(run, layout) if recompute is None else run(layout))
         except TilecastError:
             continue
     if not found:
