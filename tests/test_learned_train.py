@@ -170,8 +170,10 @@ def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_tra
 
 def test_shared_data_dims_convention_reproduces_the_launch_grids(shared_train) -> None:
     """The CSVs' B, M, N, K mean (B x M x N) @ (B x N x K) (N the reduction): with tilecast's
-    dims read from them, its own tile count (b * ceil(n / tm) * ceil(m / tn) * split-K) is the
-    recorded grid x*y*z on >= 99 % of the bmm rows whose kernel name carries a tile."""
+    dims read from them, its own tile count (b * ceil(n / tm) * ceil(m / tn)) divides the
+    recorded grid x*y*z (the quotient is the split-K count) on >= 99 % of the bmm rows whose
+    kernel name carries a tile, and times the split read it is the grid itself; with the old,
+    swapped reading it is the grid on fewer than half of them."""
     from tilecast.learned import tiles as tl
     from tilecast.learned.prepare import measured_tiles
 
@@ -179,10 +181,35 @@ def test_shared_data_dims_convention_reproduces_the_launch_grids(shared_train) -
     named = np.array([tl.parse_tile(k) is not None for k in s.kernel_name])
     s = s.select(named)
     tm, tn = tl.split_tiles(measured_tiles(s))
-    blocks = s.b * np.ceil(s.n / tm) * np.ceil(s.m / tn) * s.split_k
-    assert len(s) > 80_000 and np.mean(blocks == s.grid) >= 0.99
-    swapped = s.b * np.ceil(s.k / tm) * np.ceil(s.m / tn) * s.split_k  # the old reading
-    assert np.mean(swapped == s.grid) < 0.5
+    tiles = s.b * np.ceil(s.n / tm) * np.ceil(s.m / tn)
+    assert len(s) > 80_000 and np.mean(s.grid % tiles == 0) >= 0.99
+    assert np.mean(tiles * s.split_k == s.grid) >= 0.99
+    swapped = s.b * np.ceil(s.k / tm) * np.ceil(s.m / tn)  # the old reading
+    assert np.mean(swapped * s.split_k == s.grid) < 0.5
+
+
+# Launches of one kernel name, (op, (b, m, n, k), grid x, y, z) -> split read. Derivations:
+# 128x128 tiles of m = 1024, n = 2560 are 20 x 8 = 160; a 4 x 10 x 4 grid is 160 blocks, so its
+# z carries tiles (the P4's NT_vec), split 1; a 20 x 8 x 3 grid is 3 x 160: split-K 3; a bmm of
+# batch 6 on 20 x 8 x 12 is 6 x 160 x 2: split 2; 32x32 tiles of a 64 x 64 bmm of batch 4 are
+# 16, and a 2 x 2 x 4 grid holds exactly those (split 1, where z // b reads 1 too); at batch 2
+# (8 tiles) the same grid is 2 x 8: split 2. Tensile names its split (GSU3).
+SPLIT_CASES = [
+    ("linear", (1, 1024, 2560, 4096), "sgemm_128x128x8_NT_vec", (4, 10, 4), 1),
+    ("linear", (1, 1024, 2560, 4096), "ampere_sgemm_128x128_tn", (20, 8, 3), 3),
+    ("bmm", (6, 1024, 2560, 4096), "ampere_sgemm_128x128_nn", (20, 8, 12), 2),
+    ("bmm", (4, 64, 64, 4096), "sgemm_32x32x32_NN", (2, 2, 4), 1),
+    ("bmm", (2, 64, 64, 4096), "sgemm_32x32x32_NN", (2, 2, 4), 2),
+    ("linear", (1, 1024, 2560, 4096), "Cijk_Ailk_Bljk_SB_MT64x64x16_GSU3_SN", (256, 48, 1), 3),
+]
+
+
+@pytest.mark.parametrize(("op", "dims", "name", "grid", "split"), SPLIT_CASES)
+def test_split_k_of_row_reads_tiles_spread_over_z_as_unsplit(op, dims, name, grid, split) -> None:
+    from tilecast.learned.dataset import split_k_of_row
+
+    row = {"Kernel Name": name, **{f"Grid {a}": str(g) for a, g in zip("xyz", grid, strict=True)}}
+    assert split_k_of_row(op, dims, row) == split
 
 
 def test_cli_train_then_kernels_eval_json(tmp_path: Path) -> None:

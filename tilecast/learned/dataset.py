@@ -26,6 +26,7 @@ import numpy as np
 
 from ..analyzer.types import DTYPE_SIZE
 from ..errors import ConfigError
+from .tiles import parse_tile
 
 # Op of the CSV -> (family, tensor operands moved per output element, FLOPs per element).
 # Operands: "u" ops have one scalar operand, so they read one tensor and write one (2); binary
@@ -109,13 +110,25 @@ def matmul_dims_of_row(r: dict[str, str]) -> tuple[int, int, int, int]:
 TENSILE_GSU = re.compile(r"_GSU(\d+)")
 
 
-def split_k_of_row(op: str, b: int, r: dict[str, str]) -> int:
-    """Slices of the reduction: Tensile's GlobalSplitU from its kernel name; for cuBLAS,
-    launched along grid z: a linear's grid z is its split-K count, a bmm's grid z is its
-    batch, times the split when cuBLAS also splits K."""
-    gsu = TENSILE_GSU.search(r.get("Kernel Name") or "")
+def split_k_of_row(op: str, dims: tuple[int, int, int, int], r: dict[str, str]) -> int:
+    """Slices of the reduction of a matmul row with tilecast's (b, m, n, k).
+
+    Tensile names its GlobalSplitU (``_GSU3_``). cuBLAS launches split-K slices along grid
+    z: a linear's grid z is its split count, a bmm's is its batch times the split. But a
+    launch with exactly one block per tile of the name (b ceil(n / tm) ceil(m / tn) blocks)
+    has no room for a split, whatever its z: the P4's ``sgemm_128x128x8_NT_vec`` lays its
+    tiles over a 3-D grid (M = 1024, N = 2560: 160 tiles on 4 x 10 x 4), and so do 31
+    ``sgemm_32x32x32_NN`` batched launches on the P100 and P4.
+    """
+    name = r.get("Kernel Name") or ""
+    gsu = TENSILE_GSU.search(name)
     if gsu:
         return max(int(gsu.group(1)), 1)
+    b, m, n, _ = dims
+    tile = parse_tile(name)
+    grid = math.prod(max(_int(r, f"Grid {axis}"), 1) for axis in "xyz")
+    if tile and grid == b * -(-n // tile[0]) * -(-m // tile[1]):
+        return 1
     z = max(_int(r, "Grid z"), 1)
     if op == "linear":
         return z
@@ -163,7 +176,7 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
             grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
             threads = max(_int(r, "Block x"), 1) * max(_int(r, "Block y"), 1) * max(
                 _int(r, "Block z"), 1)
-            cols["split_k"].append(split_k_of_row(op, dims[0], r) if dims[0] else 1)
+            cols["split_k"].append(split_k_of_row(op, dims[:4], r) if dims[0] else 1)
             for key, value in zip(("b", "m", "n", "k", "rows", "cols", "elements"), dims,
                                   strict=True):
                 cols[key].append(value)
