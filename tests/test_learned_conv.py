@@ -145,9 +145,33 @@ def test_routing_of_dense_and_grouped_convs():
     assert r.parts["matmul"].kernel.tolist() == []
     ew = r.parts["elementwise"]  # the depthwise conv: memory-bound rule, flagged
     assert ew.kernel.tolist() == [1] and ew.fallback.tolist() == [True]
+    assert r.conv.tolist() == [True, True]  # both are cuDNN calls on the host
     old = route([dense], conv_model=False)  # an artifact without a conv model
     assert old.parts["matmul"].kernel.tolist() == [0] and old.parts["matmul"].fallback[0]
     assert "conv" not in old.parts
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_conv_on_another_model_keeps_the_conv_calls_host_dispatch(dtype):
+    """A tensor-core conv is costed on the matmul model's implicit-GEMM view, but the host
+    still issues one cuDNN call: its dispatch is the conv family's, as for an fp32 conv (so
+    the host floor of an eager pass does not depend on the math mode); the same GEMM as a
+    MatMul keeps the matmul family's."""
+    from dataclasses import replace
+
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    pred, device = default_predictor(), load_device("a100-sxm4-40gb")
+    conv = _conv_kernel()
+    half = replace(conv, cost=replace(conv.cost, dtype=dtype))
+    gemm = Kernel("g", ("g",), "MatMul", replace(half.cost, family="matmul", conv=None))
+    fp32, fp16, mm = pred.predict([conv, half, gemm], device)
+    nvidia_conv, _ = pred.host_dispatch_ms["conv"]
+    nvidia_mm, _ = pred.host_dispatch_ms["matmul"]
+    assert fp32.host_ms == pytest.approx(nvidia_conv) and fp16.host_ms == pytest.approx(nvidia_conv)
+    assert mm.host_ms == pytest.approx(nvidia_mm) and nvidia_mm < nvidia_conv
+    assert fp16.latency_ms >= nvidia_conv and fp16.gpu_ms == pytest.approx(mm.gpu_ms)
 
 
 CONV_HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Kernels", "B", "Input_Channel",

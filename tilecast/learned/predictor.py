@@ -25,6 +25,7 @@ from . import tensor_core
 from . import tiles as tl
 from .device_columns import uses_matrix_units
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
+from .form import Q_HOST
 from .routing import ConvParts, Parts, Routed, route
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
@@ -117,7 +118,7 @@ class OnnxPredictor:
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
             u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
-            terms = self._terms(fam, f, p, outs, device)
+            terms = self._terms(fam, f, p, outs, device, routed.conv[p.kernel])
             for key, values in terms.items():
                 np.add.at(acc[key], p.kernel, values)
             # Held at the envelope: the utilization of the term that dominates the kernel's
@@ -139,15 +140,18 @@ class OnnxPredictor:
                     acc["host"].tolist(), acc["fixed"].tolist(), strict=True)]
 
     def _terms(self, family: str, f: ft.Features, p: Parts | ConvParts,
-               outs: dict[str, np.ndarray], device: Device) -> dict[str, np.ndarray]:
+               outs: dict[str, np.ndarray], device: Device,
+               conv: np.ndarray) -> dict[str, np.ndarray]:
         """Per-part latency, GPU, compute, memory, fixed and host ms: the graph's outputs, and
-        for matrix-unit rows with no data the sourced sustained rate (``tensor_core.py``)."""
+        for matrix-unit rows with no data the sourced sustained rate (``tensor_core.py``).
+        ``conv``: the part is a convolution (its host dispatch is the conv call's)."""
         io = io_names(family)
         u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
         terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
                  "gpu": outs[io["gpu_ms"]].astype(np.float64),
                  "compute": f.compute_ms / u_c, "memory": (f.dram_ms + f.cached_ms) / u_m,
                  "fixed": outs[io["fixed_ms"]], "host": self._host_ms(family, f, device)}
+        self._conv_dispatch(family, conv, terms, device)
         tc = self._matrix_units(family, f, p, device)
         if tc is not None:
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, u_m,
@@ -169,6 +173,20 @@ class OnnxPredictor:
             if dtype in untrained and uses_matrix_units(device, dtype, unit):
                 mask |= (p.dtype == dtype) & (p.unit == unit)
         return mask if mask.any() else None
+
+    def _conv_dispatch(self, family: str, conv: np.ndarray, terms: dict[str, np.ndarray],
+                       device: Device) -> None:
+        """A convolution costed by another family's model (a TF32 / fp16 / bf16 conv on the
+        matmul model's implicit-GEMM view, a grouped conv as a copy, a backward conv) is still
+        one cuDNN call on the host: it takes the conv family's learned dispatch time, so the
+        host floor of an eager pass does not change with the math mode."""
+        if family == "conv" or "conv" not in self.host_dispatch_ms or not conv.any():
+            return
+        nvidia, amd = self.host_dispatch_ms["conv"]
+        host = np.where(conv, amd if device.vendor == "amd" else nvidia, terms["host"])
+        smooth = (host**Q_HOST + terms["gpu"] ** Q_HOST) ** (1.0 / Q_HOST)
+        terms["latency"] = np.where(conv, smooth, terms["latency"])
+        terms["host"] = host
 
     def _host_ms(self, family: str, f: ft.Features, device: Device) -> np.ndarray:
         """The eager per-op dispatch time the model learned for the family and vendor."""

@@ -82,6 +82,7 @@ class Routed:
     parts: dict[str, Parts | ConvParts]
     dtype: np.ndarray  # per kernel
     estimated: np.ndarray  # per kernel: cost.estimated
+    conv: np.ndarray  # per kernel: a convolution, whichever model costs its GPU time
 
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
@@ -228,7 +229,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     if conv_model:
         idx = np.nonzero(is_conv)[0]
         parts["conv"] = _conv_parts(kernels, idx, dtype[idx], col["itemsize"][idx])
-    return Routed(parts, dtype, estimated)
+    return Routed(parts, dtype, estimated, kind == _KIND["conv"])
 
 
 def _attention(col: dict[str, np.ndarray], idx: np.ndarray, dtype: np.ndarray,
