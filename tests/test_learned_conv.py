@@ -231,6 +231,8 @@ def test_trained_artifact_serves_convs(tmp_path):
     train_all([tmp_path], tmp_path / "art", TrainConfig(epochs=2), progress=None)
     pred = OnnxPredictor(tmp_path / "art")
     assert pred.conv_tree is not None
+    # NVIDIA rows only: AMD's dispatch is the learned NVIDIA one, not the initial value
+    assert all(nv == amd for nv, amd in pred.host_dispatch_ms.values())
     t4 = load_device("t4")
     pointwise = Kernel("p", ("p",), "Conv", OpCost(
         "conv", 2 * 8 * 28 * 28 * 64 * 64, 4 * 8 * 64 * (56 * 56 + 28 * 28), "float32",

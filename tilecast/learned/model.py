@@ -111,7 +111,7 @@ class LatencyMLP(nn.Module):
                 "fixed_w": self.fixed_head.weight.detach().numpy()[0] * self.fixed_mask.numpy(),
                 "fixed_b": float(self.fixed_head.bias.detach().numpy()[0])}
 
-    def _vendor(self, x: torch.Tensor) -> torch.Tensor:
+    def vendor_index(self, x: torch.Tensor) -> torch.Tensor:
         if "amd" not in self.feature_names:
             return torch.zeros(len(x), dtype=torch.long)
         return (x[:, self.feature_names.index("amd")] > 0.5).long()
@@ -136,7 +136,7 @@ class LatencyMLP(nn.Module):
         log_gpu = torch.logaddexp(log_fixed, log_busy)
         if not with_host:
             return log_gpu
-        log_host = self.log_host_ms[self._vendor(x)]
+        log_host = self.log_host_ms[self.vendor_index(x)]
         return torch.logaddexp(Q_HOST * log_host, Q_HOST * log_gpu) / Q_HOST
 
     def layers_numpy(self) -> list[tuple[np.ndarray, np.ndarray]]:

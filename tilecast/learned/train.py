@@ -144,7 +144,17 @@ def _fit_member(data: FamilyData, config: TrainConfig, val: FamilyData | None,
         if progress:
             progress(_epoch_line(model, data.features.family, epoch, epochs, total / n, val,
                                  time.perf_counter() - t0))
+    _share_untrained_host(model, xs)
     return model.eval()
+
+
+def _share_untrained_host(model: LatencyMLP, xs: torch.Tensor) -> None:
+    """A vendor with no rows in this family (AMD convs: no conv data) never moved its host
+    dispatch from the initial value; it takes the learned vendor's, the same framework call."""
+    seen = torch.bincount(model.vendor_index(xs), minlength=len(model.log_host_ms)) > 0
+    if seen.any() and not seen.all():
+        with torch.no_grad():
+            model.log_host_ms[~seen] = model.log_host_ms[seen].mean()
 
 
 def _epoch_line(model: LatencyMLP, family: str, epoch: int, epochs: int, loss: float,
