@@ -172,6 +172,25 @@ def test_tile_table_uses_nearest_older_generation() -> None:
     assert table.tree_for("hopper", "tn") is leaf
 
 
+def test_tile_candidates_climb_the_batch_ladder() -> None:
+    # One tree on log2_m (feature 1): 64x64 up to m = 2^9, 128x128 above; split always 1. A
+    # linear of 100 rows gets its own pick, then 128x128 from 800 rows (100 x 2^3) up; a
+    # linear of 4096 rows has only 128x128. A batched product climbs its batch, not its rows:
+    # its 100 rows never pass the threshold. Linear (tn) rows double m, batched (nn) rows b.
+    by_m = tl.TileTree(np.array([1, -1, -1]), np.array([9.0, 0, 0]), np.array([1, -1, -1]),
+                       np.array([2, -1, -1]), np.array([0, 0, 1]), ("64x64", "128x128"))
+    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
+                      np.array([0]), ("1",))
+    table = tl.TileTable({"ampere/nn": by_m, "ampere/tn": by_m, "ampere/nn/split": one,
+                          "ampere/tn/split": one}, {})
+    ones = np.ones(3)
+    row, tile, split = table.candidates(
+        "ampere", np.array(["tn", "tn", "nn"], dtype=object), ones, np.array([100, 4096, 100]),
+        512 * ones, 512 * ones, 108 * ones)
+    assert list(row) == [0, 1, 2, 0] and list(tile) == ["64x64", "128x128", "64x64", "128x128"]
+    assert list(split) == [1, 1, 1, 1]
+
+
 def test_tile_table_schema_is_checked() -> None:
     from tilecast.errors import PredictorError
 

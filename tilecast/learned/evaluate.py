@@ -157,22 +157,25 @@ class TileAccuracy:
 
 def tile_accuracy(data_dirs: Sequence[Path | str], predictor_path: Path | str | None = None,
                   lookup: DeviceLookup = default_lookup) -> list[TileAccuracy]:
-    """How often the predictor's tile selection matches what ran, per GPU and op, on the
+    """How often the tile the predictor forecasts with (``Prediction.tile``: the trees' pick,
+    or a faster candidate, ``TileTable.candidates``) is what ran, per GPU and op, on the
     held-out shapes whose kernel name carries a tile."""
     from . import tiles as tl
     from .predictor import OnnxPredictor
-    from .prepare import matmul_tree_inputs, measured_tiles, resolve_devices
+    from .prepare import measured_tiles
 
-    table = OnnxPredictor(predictor_path).tile_table
+    predictor = OnnxPredictor(predictor_path)
     s = load_eval(data_dirs)
     s = s.select((s.family == "matmul") & np.array([tl.parse_tile(k) is not None
                                                     for k in s.kernel_name], dtype=bool))
-    devices, which = resolve_devices(s.device, lookup)
-    _, layout, x = matmul_tree_inputs(s, devices, which)
-    tile, split = np.empty(len(s), dtype=object), np.ones(len(s))
-    for i, dev in enumerate(devices):
-        mask = which == i
-        tile[mask], split[mask] = table.select(dev.arch, layout[mask], x[mask])
+    kernels = to_kernels(s)
+    labels = np.empty(len(s), dtype=object)
+    for name in sorted(set(s.device.tolist())):
+        idx = np.nonzero(s.device == name)[0]
+        labels[idx] = [p.tile for p in predictor.predict([kernels[i] for i in idx],
+                                                         lookup(name))]
+    tile = np.array([str(t).split("/")[0] for t in labels], dtype=object)
+    split = np.array([float(str(t).split("/")[1]) if "/" in str(t) else 1.0 for t in labels])
     same_tile = tile == measured_tiles(s)
     same = same_tile & (split == s.split_k)
     out = []

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -96,11 +96,12 @@ class OnnxPredictor:
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = route(kernels, conv_model=self.conv_tree is not None)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
-        return self._collect(kernels, routed, feats, self._run(feats), device)
+        feats, outs = _fastest(feats, self._run(feats))
+        return self._collect(kernels, routed, feats, outs, device)
 
     def _run(self, feats: dict) -> dict[str, np.ndarray]:
         feed = {}
-        for fam, (f, _) in feats.items():
+        for fam, (f, *_) in feats.items():
             io = io_names(fam)
             feed[io["features"]] = f.x
             for term in TERMS:
@@ -193,29 +194,43 @@ class OnnxPredictor:
         nvidia, amd = self.host_dispatch_ms[family]
         return np.full(len(f.x), amd if device.vendor == "amd" else nvidia)
 
-    def _features(self, family: str, p: Parts | ConvParts,
-                  device: Device) -> tuple[ft.Features, np.ndarray]:
+    def _features(self, family: str, p: Parts | ConvParts, device: Device,
+                  ) -> tuple[ft.Features, np.ndarray, np.ndarray | None]:
+        """The family's features and tile labels; for matmuls one row per candidate
+        configuration (``TileTable.candidates``) and the part each row belongs to."""
         n = len(p.kernel)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, p.unit)
         if isinstance(p, ConvParts):
             algo = cv.select_algorithms(self.conv_tree, p.columns, dc.sm_count, dc.arch)
             cols = replace(p.columns, algo=algo)
-            return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo)
-        tm, tn, split = np.zeros(n), np.zeros(n), np.ones(n)
-        tile = np.empty(0, dtype=object)
+            return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo), None
         if family == "matmul" and n:
-            x = tl.tree_features(p.b, p.m, p.n, p.k, dc.sm_count)
-            tile, split = self.tile_table.select(device.arch, p.layout, x)
-            tc = dc.tensor_core > 0  # no tensor-core kernel in the data: cuBLAS's tile family
-            if tc.any():
-                tile[tc], split[tc] = tl.tensor_core_tiles(p.b[tc], p.m[tc], p.n[tc],
-                                                           dc.sm_count[tc])
-            tm, tn = tl.split_tiles(tile)
+            return self._matmul_features(p, device, dc)
+        zeros = np.zeros(n)
+        kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
+                              p.rows, p.cols, zeros, zeros)
+        return ft.build_features(family, kc, dc), row_tile_strings(family, kc, dc.amd), None
+
+    def _matmul_features(self, p: Parts, device: Device, dc: ft.DeviceColumns,
+                         ) -> tuple[ft.Features, np.ndarray, np.ndarray]:
+        row, tile, split = self.tile_table.candidates(device.arch, p.layout, p.b, p.m, p.n,
+                                                      p.k, dc.sm_count)
+        # cuBLAS SIMT kernels take the fastest candidate. Tensor-core kernels (none in the
+        # data: cuBLAS's tile family) and Tensile's keep one pick per part: on the MI100 and
+        # MI210, the candidates made held-out Linears worse (10.5 -> 11.8 %, 12.6 -> 15.3).
+        own = np.arange(len(row)) < len(p.kernel)
+        keep = own | ((dc.tensor_core[row] == 0) & (dc.amd[row] == 0))
+        row, tile, split = row[keep], tile[keep], split[keep]
+        p = _take(p, row)
+        dc = ft.device_columns([device], np.zeros(len(row), dtype=np.int64), p.dtype, p.unit)
+        tc = dc.tensor_core > 0
+        if tc.any():
+            tile[tc], split[tc] = tl.tensor_core_tiles(p.b[tc], p.m[tc], p.n[tc],
+                                                       dc.sm_count[tc])
+        tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
-        f = ft.build_features(family, kc, dc)
-        labels = tl.tile_labels(tile, split) if family == "matmul" else None
-        return f, labels if labels is not None else row_tile_strings(family, kc, dc.amd)
+        return ft.build_features("matmul", kc, dc), tl.tile_labels(tile, split), row
 
     def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
         """Outside what the models were trained on: a feature beyond its training range (by
@@ -239,6 +254,27 @@ def _conv_tree(meta: dict[str, str], path: Path) -> tl.TileTree:
     except (KeyError, TypeError, ValueError) as exc:
         raise PredictorError(f"{path}: conv metadata lacks a valid {exc}; regenerate it "
                              f"({tl.REGENERATE})") from exc
+
+
+def _take(p: Parts, idx: np.ndarray) -> Parts:
+    return Parts(*(getattr(p, f.name)[idx] for f in fields(Parts)))
+
+
+def _fastest(feats: dict, outs: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
+    """One row per part: of a matmul's candidate configurations, the one with the least GPU
+    time (ties: the trees' own pick, which comes first)."""
+    feats, outs = dict(feats), dict(outs)
+    for fam, (f, labels, group) in list(feats.items()):
+        if group is None:
+            feats[fam] = (f, labels)
+            continue
+        io = io_names(fam)
+        order = np.lexsort((np.arange(len(group)), outs[io["gpu_ms"]], group))
+        pick = order[np.searchsorted(group[order], np.arange(group.max(initial=-1) + 1))]
+        feats[fam] = (f.select(pick), labels[pick])
+        for key in ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms"):
+            outs[io[key]] = outs[io[key]][pick]
+    return feats, outs
 
 
 def bounds(compute_ms: np.ndarray, memory_ms: np.ndarray, fixed_ms: np.ndarray) -> np.ndarray:

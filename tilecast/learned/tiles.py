@@ -110,6 +110,12 @@ class TileTree:
 
 
 SPLIT = "split"  # suffix of the split-K trees' keys
+# Doublings of a matmul's batch dimension whose tree picks are candidates (``candidates``): 2^30
+# rows or batches lie beyond every threshold the trees learned, so the ladder reaches the pick
+# that holds for all larger problems.
+BATCH_LADDER = 30
+# Tree inputs that grow with the batch dimension; past their largest threshold the picks hold.
+GROWING_FEATURES = ("log2_b", "log2_m", "log2_tiles128_per_sm")
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,43 @@ class TileTable:
                 split_tree = self.tree_for(arch, lay, SPLIT)
                 splits[mask] = split_tree.predict(x[mask]).astype(np.float64)
         return tiles, splits
+
+    def candidates(self, arch: str, layout: np.ndarray, b: np.ndarray, m: np.ndarray,
+                   n: np.ndarray, k: np.ndarray, sms: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, tile, split) of the configurations the trees pick for each row's shape and
+        for the same shape with its batch dimension (the rows of a linear layer, the batch of
+        a batched product) doubled 1, 2, ..., ``BATCH_LADDER`` times; the row's own pick
+        comes first, then each new one up the ladder.
+
+        A configuration cuBLAS runs for a larger batch can run this one as well, so the
+        forecast takes the fastest of them (``OnnxPredictor``): the forecast then cannot fall
+        when the batch grows, as it could where the trees switch tiles."""
+        rows = np.arange(len(b))
+        out_r, out_t, out_s = [rows], [], []
+        prev_t, prev_s = None, None
+        batched = layout == "nn"
+        growing = [TREE_FEATURES.index(f) for f in GROWING_FEATURES]
+        top = max((t.threshold[np.isin(t.feature, growing)].max(initial=-np.inf)
+                   for t in self.trees.values()), default=-np.inf)
+        for j in range(BATCH_LADDER + 1):
+            scale = 2.0 ** j
+            x = tree_features(np.where(batched, b * scale, b), np.where(batched, m, m * scale),
+                              n, k, sms)
+            if j and np.all(np.where(batched, x[:, 0], x[:, 1]) > top) and np.all(
+                    x[:, growing[-1]] > top):  # every pick from here up is the last one
+                break
+            tile, split = self.select(arch, layout, x)
+            if prev_t is None:
+                out_t.append(tile)
+                out_s.append(split)
+            else:
+                new = (tile != prev_t) | (split != prev_s)
+                out_r.append(rows[new])
+                out_t.append(tile[new])
+                out_s.append(split[new])
+            prev_t, prev_s = tile, split
+        return np.concatenate(out_r), np.concatenate(out_t), np.concatenate(out_s)
 
     def to_json(self) -> dict:
         return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
