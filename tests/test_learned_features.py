@@ -191,6 +191,13 @@ def test_tile_candidates_climb_the_batch_ladder() -> None:
     assert list(split) == [1, 1, 1, 1]
 
 
+def test_tile_labels_parse_back() -> None:
+    labels = tl.tile_labels(np.array(["128x64", "32x32"], dtype=object), np.array([3.0, 1.0]))
+    assert list(labels) == ["128x64/3", "32x32"]
+    tiles, splits = tl.parse_labels(labels)
+    assert list(tiles) == ["128x64", "32x32"] and list(splits) == [3.0, 1.0]
+
+
 def test_tile_table_schema_is_checked() -> None:
     from tilecast.errors import PredictorError
 

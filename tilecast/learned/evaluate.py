@@ -174,8 +174,7 @@ def tile_accuracy(data_dirs: Sequence[Path | str], predictor_path: Path | str | 
         idx = np.nonzero(s.device == name)[0]
         labels[idx] = [p.tile for p in predictor.predict([kernels[i] for i in idx],
                                                          lookup(name))]
-    tile = np.array([str(t).split("/")[0] for t in labels], dtype=object)
-    split = np.array([float(str(t).split("/")[1]) if "/" in str(t) else 1.0 for t in labels])
+    tile, split = tl.parse_labels(labels)
     same_tile = tile == measured_tiles(s)
     same = same_tile & (split == s.split_k)
     out = []

@@ -185,7 +185,7 @@ class OnnxPredictor:
             return
         nvidia, amd = self.host_dispatch_ms["conv"]
         host = np.where(conv, amd if device.vendor == "amd" else nvidia, terms["host"])
-        smooth = (host**Q_HOST + terms["gpu"] ** Q_HOST) ** (1.0 / Q_HOST)
+        smooth = tensor_core.smooth_max(host, terms["gpu"], Q_HOST)
         terms["latency"] = np.where(conv, smooth, terms["latency"])
         terms["host"] = host
 

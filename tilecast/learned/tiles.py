@@ -172,9 +172,11 @@ class TileTable:
             scale = 2.0 ** j
             x = tree_features(np.where(batched, b * scale, b), np.where(batched, m, m * scale),
                               n, k, sms)
-            if j and np.all(np.where(batched, x[:, 0], x[:, 1]) > top) and np.all(
-                    x[:, growing[-1]] > top):  # every pick from here up is the last one
-                break
+            batch_dim = np.where(batched, x[:, TREE_FEATURES.index("log2_b")],
+                                 x[:, TREE_FEATURES.index("log2_m")])
+            per_sm = x[:, TREE_FEATURES.index("log2_tiles128_per_sm")]
+            if j and np.all(batch_dim > top) and np.all(per_sm > top):
+                break  # past every threshold on a growing input: the picks hold from here up
             tile, split = self.select(arch, layout, x)
             if prev_t is None:
                 out_t.append(tile)
@@ -260,6 +262,13 @@ def tile_labels(tiles: np.ndarray, splits: np.ndarray) -> np.ndarray:
     return np.array([t if s <= 1 else f"{t}/{int(s)}" for t, s in zip(tiles, splits,
                                                                         strict=True)],
                     dtype=object)
+
+
+def parse_labels(labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Report labels (``tile_labels``) -> (tile strings, split-K counts)."""
+    parts = [str(t).split("/") for t in labels]
+    return (np.array([p[0] for p in parts], dtype=object),
+            np.array([float(p[1]) if len(p) > 1 else 1.0 for p in parts]))
 
 
 def split_tiles(tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
