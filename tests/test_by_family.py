@@ -128,7 +128,8 @@ def test_reader_names_the_missing_column_and_the_bad_value(tmp_path):
         read_per_node_csv(_write_csv(tmp_path / "b.csv", bad))
 
 
-def _label(tmp_path: Path, mode: str, measured_ms: float) -> Label:
+def _label(tmp_path: Path, mode: str, measured_ms: float, passes: str = "{}") -> Label:
+    (tmp_path / "tiny-inf-8-2.json").write_text(passes)
     return Label(tmp_path / "tiny-inf-8-2.json", "NVIDIA_L4", load_device("l4"), "tiny",
                  tmp_path / "tiny.json", mode, 8, 2, "plain", measured_ms)
 
@@ -136,7 +137,8 @@ def _label(tmp_path: Path, mode: str, measured_ms: float) -> Label:
 def test_compare_run_sums_each_family_and_phase(tmp_path):
     nodes = read_per_node_csv(_write_csv(tmp_path / "run.csv"), num_layer=3, training=True)
     forecast = analyze(onnx.parser.parse_model(TINY), "l4", predictor="roofline")
-    run = compare_run(_label(tmp_path, "training", 10.0), nodes, forecast)
+    passes = '{"fw_latency": 4.714, "bwall_latency": 4.59}'
+    run = compare_run(_label(tmp_path, "training", 10.0, passes), nodes, forecast)
     rows = {(r.phase, r.family): r for r in run.rows}
     # the block's Linear x 3 layers: forward 0.5 * 3, backward 1.0 * 3; its .grad += 0.2 * 3
     assert rows[("forward", "matmul")].measured_ms == pytest.approx(1.5)
@@ -160,6 +162,16 @@ def test_compare_run_sums_each_family_and_phase(tmp_path):
     assert run.kernel_ms == pytest.approx(kernels)
     assert run.gap_ms == pytest.approx(10.0 - kernels)
     assert run.unclassified == ("frobnicate",)
+    # measured passes beside their nodes (host nodes included). Forward: size .010 + add .011
+    # + dense 0.5 * 3 + softmax 0.2 * 3 + view .012 * 3 + add_1 .1 + getitem .05 + drop .02
+    # + frobnicate .03 = 2.357; backward with the accumulation: dense 1.2 * 3 + softmax
+    # 0.3 * 3 + add_1 .05 + drop .04 = 4.59
+    phases = {p.phase: (p.nodes_ms, p.ratio) for p in run.phases}
+    assert phases == {"forward": (pytest.approx(2.357), pytest.approx(2.0)),
+                      "backward": (pytest.approx(4.59), pytest.approx(1.0))}
+    # an inference forecast has no backward kernels to set beside the backward pass
+    assert [p.forecast_ms for p in run.phases] == [pytest.approx(forecast.total_ms, abs=1e-4),
+                                                   0.0]
 
 
 @pytest.fixture

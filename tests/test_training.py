@@ -310,3 +310,24 @@ def test_elementwise_gradients_are_the_kernels_pytorch_runs():
         ("MulGrad", "d1", 3 * t),  # y = s * p: dP = dY * s
         # p = h^3: pow_backward's dY * (3 * h.pow(2)): the power, the scale, the product
         ("PowGrad", "d0", 3 * t), ("PowGrad", "d0_pow", 2 * t), ("PowGrad", "d0_scale", 2 * t)]
+
+
+CLAMP = """
+<ir_version: 8, opset_import: ["" : 20]>
+g (float[4, 16] x) => (float[4, 16] y) <float[16, 16] w = {0.0}, float floor = {-1.0}> {
+  h = MatMul(x, w)
+  y = Max(h, floor)
+}"""
+
+
+def test_max_gradient_is_the_five_kernels_pytorch_runs():
+    f = tilecast.analyze(_model(CLAMP), "a100-40gb", mode="training", predictor="roofline")
+    got = sorted((k.kernel.name.rsplit(".", 1)[1], k.kernel.bytes)
+                 for k in f.kernels if k.kernel.op_type == "MaxGrad")
+    t, n = 64 * 4, 64  # one [4, 16] fp32 tensor; n one-byte mask elements. derivatives.yaml,
+    assert got == [  # maximum: where(self == other, grad / 2, grad).masked_fill_(self < other, 0)
+        ("d0", n + 2 * t),  # masked_fill_: reads the mask and the select, writes in place
+        ("d0_compare", t + 4 + n),  # self < other: reads h and the scalar, writes a mask
+        ("d0_eq", t + 4 + n),  # self == other
+        ("d0_half", 2 * t),  # grad / 2
+        ("d0_select", n + 3 * t)]  # where(mask, grad / 2, grad)

@@ -50,6 +50,18 @@ class FamilyRow:
 
 
 @dataclass(frozen=True)
+class PhaseStep:
+    """A training label's measured forward or backward beside the per-node sum of that phase:
+    where a step differs from its nodes, this says which pass holds the difference."""
+
+    phase: str  # forward, or backward (the label's bwall_latency: accumulation included)
+    step_ms: float  # the label JSON's fw_latency / bwall_latency
+    nodes_ms: float  # per-node CSV sum over the phase, no-kernel nodes included
+    ratio: float | None  # step / nodes
+    forecast_ms: float  # the forecast's kernels of the phase, as queued in the step
+
+
+@dataclass(frozen=True)
 class RunFamilies:
     """One label run: its family rows and what separates the kernels from the measured step."""
 
@@ -66,6 +78,7 @@ class RunFamilies:
     zero_cost_nodes: int  # ONNX nodes the forecast treats as launching no kernel
     unclassified: tuple[str, ...]  # fx targets missing from fx_nodes.FX_FAMILIES
     rows: tuple[FamilyRow, ...]
+    phases: tuple[PhaseStep, ...] = ()  # training labels that record fw/bwall latencies
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,28 @@ def _node_ms(nodes: Iterable[FxNode], *, host: bool) -> float:
                for n in nodes if (n.family == HOST) == host)
 
 
+# Label JSON keys of the measured passes (NeuSight's training labels) and their node columns.
+PHASE_KEYS = (("forward", "fw_latency", ("forward_ms",)),
+              ("backward", "bwall_latency", ("backward_ms", "accumulate_ms")))
+
+
+def phase_steps(label: Label, nodes: Iterable[FxNode], forecast: Forecast,
+                ) -> tuple[PhaseStep, ...]:
+    """Each measured pass the label JSON records, beside its per-node sum and its forecast."""
+    data, by_phase = json.loads(label.file.read_text()), forecast.by_phase
+    nodes = tuple(nodes)
+    out = []
+    for phase, key, cols in PHASE_KEYS:
+        step = data.get(key)
+        if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0:
+            continue
+        node_ms = sum(getattr(n, c) * n.repeats for n in nodes for c in cols)
+        out.append(PhaseStep(phase, round(step, 4), round(node_ms, 4),
+                             round(step / node_ms, 4) if node_ms > 0 else None,
+                             round(by_phase.get(phase, 0.0), 4)))
+    return tuple(out)
+
+
 def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast,
                 alone_ms: Sequence[float] | None = None) -> RunFamilies:
     """Match one run's measured nodes with its forecast, family by family and phase by phase.
@@ -162,7 +197,8 @@ def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast,
         round(kernel_ms, 4), round(_node_ms(nodes, host=True), 4),
         round(label.measured_ms - kernel_ms, 4),
         round(forecast.total_ms, 4), sum(forecast.zero_cost.values()),
-        tuple(sorted({n.target for n in nodes if n.family == UNCLASSIFIED})), tuple(rows))
+        tuple(sorted({n.target for n in nodes if n.family == UNCLASSIFIED})), tuple(rows),
+        phase_steps(label, nodes, forecast) if label.mode == "training" else ())
 
 
 def _totals(runs: list[RunFamilies]) -> tuple[FamilyTotal, ...]:

@@ -26,10 +26,18 @@ def _run_header(run: RunFamilies) -> str:
             f"({run.zero_cost_nodes} zero-cost ONNX nodes)")
 
 
+def _phase_line(run: RunFamilies) -> list[str]:
+    parts = [f"{p.phase} {p.step_ms:.1f} ms (per-node {p.nodes_ms:.1f} ms, "
+             f"{'-' if p.ratio is None else f'{p.ratio:.2f}x'}; forecast {p.forecast_ms:.1f} ms)"
+             for p in run.phases]
+    return [f"measured passes: {'; '.join(parts)}"] if parts else []
+
+
 def render_by_family(res: ByFamilyResult, markdown: bool = False) -> str:
     out = [f"predictor: {res.predictor}"]
     for run in res.runs:
-        out += ["", _run_header(run), *_grid(HEAD, [_row(r) for r in run.rows], markdown)]
+        out += ["", _run_header(run), *_phase_line(run),
+                *_grid(HEAD, [_row(r) for r in run.rows], markdown)]
         if run.unclassified:
             out.append(f"unclassified fx targets: {', '.join(run.unclassified)}")
     thead = ["gpu", "mode", "phase", "family", "measured_ms", "predicted_ms", "pred/meas",

@@ -15,6 +15,7 @@ from ..analyzer.forecast import Forecast
 from ..analyzer.pipeline import analyze, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..errors import ConfigError
+from .label_programs import attention_for
 from .labels import LAYOUT, Label, Skipped, discover_labels
 from .published import load_published
 
@@ -82,8 +83,9 @@ def task_for(config: Path, mode: str) -> str:
 
 def cached_export(label: Label, cache: Path, progress: Progress | None = None, *,
                   batch: int | None = None, layers: int | None = None) -> Path:
-    """Export the label's model at its batch and seq once; key: config hash, shape, task, and
-    train/eval tracing (training graphs keep their Dropout nodes, as the measured runs did).
+    """Export the label's model at its batch and seq once; key: config hash, shape, task,
+    train/eval tracing (training graphs keep their Dropout nodes, as the measured runs did) and
+    the attention the labels recorded where it is not today's eager (``label_programs``).
     ``batch``/``layers`` override the label's batch and the config's depth (multi-GPU runs)."""
     from ..exporters import export_model
 
@@ -92,14 +94,16 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None, *
     digest = hashlib.sha256(label.config.read_bytes()).hexdigest()[:12]
     trace = "train" if label.mode == "training" else "eval"
     depth = f"-L{layers}" if layers else ""
+    attn = attention_for(label.config)
+    program = "" if attn == "eager" else f"-{attn}"
     path = cache / (f"{label.model}-{digest}-{task}-b{batch}-s{label.seq}-float32-"
-                    f"{trace}{depth}.onnx")
+                    f"{trace}{depth}{program}.onnx")
     if not path.is_file():
         if progress:
             progress(f"exporting {label.model} ({task}, batch {batch}, seq {label.seq})")
         cache.mkdir(parents=True, exist_ok=True)
         export_model(str(label.config), batch=batch, seq=label.seq, task=task,
-                     dtype="float32", attn="eager", output=path, layers=layers,
+                     dtype="float32", attn=attn, output=path, layers=layers,
                      train_mode=label.mode == "training")
     return path
 

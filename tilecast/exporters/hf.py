@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,8 @@ TASK_AUTO_CLASSES = {
 TASKS = ("auto", *TASK_AUTO_CLASSES)
 DTYPES = ("float32", "float16", "bfloat16")
 ATTNS = ("eager", "sdpa")
+# Attention functions registered by name (``register_attention``), beside eager and sdpa.
+_ATTENTION_FUNCTIONS: dict[str, Callable[..., Any]] = {}
 # Config keys that hold a depth; encoder-decoder models have one per stack.
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers",
               "encoder_layers", "decoder_layers")
@@ -93,6 +95,8 @@ def prepare(config: Mapping[str, Any], *, batch: int, seq: int, task: str = "aut
     data.pop("_tilecast", None)
     torch = require_torch()
     transformers = _require_transformers()
+    if attn in _ATTENTION_FUNCTIONS:
+        _register_with_transformers(attn, transformers)
     cfg = build_config(data, transformers)
     task, auto = resolve_task(cfg, task, transformers)
     module = build_model(auto, cfg, dtype=dtype, attn=attn, torch=torch)
@@ -108,9 +112,26 @@ def check_options(*, batch: int, seq: int | None, task: str, dtype: str, attn: s
                                   or value <= 0):
             raise ExportError(f"{name} must be a positive integer, got {value!r}")
     for name, value, allowed in (("task", task, TASKS), ("dtype", dtype, DTYPES),
-                                 ("attn", attn, ATTNS)):
+                                 ("attn", attn, (*ATTNS, *_ATTENTION_FUNCTIONS))):
         if value not in allowed:
             raise ExportError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
+
+
+def register_attention(name: str, fn: Callable[..., Any]) -> None:
+    """Make ``attn=name`` build models whose attention layers call ``fn`` (transformers'
+    attention-function signature: module, query, key, value, attention_mask, scaling, dropout),
+    with eager's additive float masks. The evaluation uses it to export the attention its
+    labels measured (``evaluation/label_programs.py``)."""
+    if name in ATTNS:
+        raise ExportError(f"attention {name!r} is built in; register another name")
+    _ATTENTION_FUNCTIONS[name] = fn
+
+
+def _register_with_transformers(name: str, transformers: Any) -> None:
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
+
+    transformers.AttentionInterface.register(name, _ATTENTION_FUNCTIONS[name])
+    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
 
 
 def with_layers(data: dict[str, Any], layers: int) -> dict[str, Any]:
