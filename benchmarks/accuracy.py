@@ -65,6 +65,42 @@ def _distributed(res) -> list[str]:
     return lines
 
 
+def _passes(runs) -> list[str]:
+    """Training labels pass by pass: signed error of each forecast pass, and per GPU the mean
+    |error| of tilecast and of the paper over the runs where the paper reports both passes."""
+    lines = ["## Training, pass by pass", "",
+             "Each training label's JSON also records its forward (`fw_latency`) and its backward",
+             "with the gradient accumulation (`bwall_latency`); `published/summary.csv` holds the",
+             "paper's forecast of each. Signed error, forecast / measured - 1",
+             "(`tilecast.evaluation.passes`). A forward far below its measurement on one run and",
+             "not on the next",
+             "(A100 80GB, MI210) is, where the run has a per-node CSV, a forward measured at",
+             "1.4-2.7x the sum of its per-node timings (`tilecast evaluate --by-family`;",
+             "docs/predictor.md, \"Which pass holds the gap\").", "",
+             "| gpu | model | batch | fw ms | tilecast fw % | paper fw % | bw ms | tilecast bw % "
+             "| paper bw % |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def pct(x):
+        return "-" if x is None else f"{x:+.1f}"
+
+    for r in runs:
+        (f_ours, f_paper), (b_ours, b_paper) = r.error_pct("fw"), r.error_pct("bw")
+        lines.append(f"| {r.gpu} | {r.model} | {r.batch} | {r.measured_fw_ms:.1f} | "
+                     f"{pct(f_ours)} | {pct(f_paper)} | {r.measured_bw_ms:.1f} | "
+                     f"{pct(b_ours)} | {pct(b_paper)} |")
+    lines += ["", "Mean |error| per GPU over the runs with both forecasts (backward; forward):", "",
+              "| gpu | runs | tilecast bw % | paper bw % | tilecast fw % | paper fw % |",
+              "|---|---:|---:|---:|---:|---:|"]
+    for gpu in sorted({r.gpu for r in runs}):
+        both = [r for r in runs if r.gpu == gpu and r.paper_fw_ms is not None]
+        if not both:
+            continue
+        mean = [sum(abs(r.error_pct(w)[i]) for r in both) / len(both)
+                for w in ("bw", "fw") for i in (0, 1)]
+        lines.append(f"| {gpu} | {len(both)} | " + " | ".join(f"{m:.1f}" for m in mean) + " |")
+    return lines + [""]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -75,11 +111,14 @@ def main() -> None:
         sys.exit(f"Error: no labels under {args.data} (the shared dataset beside the checkout)")
     from tilecast import __version__
     from tilecast.evaluation import evaluate
+    from tilecast.evaluation.passes import evaluate_passes
     from tilecast.evaluation.report import render_table
 
     t0 = time.perf_counter()
     res = evaluate(args.data / "labels", published_dir=args.data / "published",
                    predictor=args.predictor, progress=lambda m: print(m, file=sys.stderr))
+    passes = evaluate_passes(args.data / "labels", published_dir=args.data / "published",
+                             predictor=args.predictor)
     seconds = time.perf_counter() - t0
     cmd = "python benchmarks/accuracy.py" + (f" --predictor {args.predictor}"
                                              if args.predictor != "default" else "")
@@ -91,7 +130,7 @@ def main() -> None:
         "Error = |predicted - measured| / measured. The paper's column is NeuSight's published",
         "error for the same cell (`published/` of the shared dataset); '-' where it reports none.",
         "H100 and MI250 single-GPU labels are withheld (blind test) and so absent here.", "",
-        "## NVIDIA, all cells", "", *_overall(res), "", *_distributed(res),
+        "## NVIDIA, all cells", "", *_overall(res), "", *_distributed(res), *_passes(passes),
         "## Per run and per GPU", "", render_table(res, markdown=True)])
     # The hand-written per-family findings (tilecast evaluate --by-family) are kept as they are.
     old = args.output.read_text() if args.output.is_file() else ""
