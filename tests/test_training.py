@@ -331,3 +331,41 @@ def test_max_gradient_is_the_five_kernels_pytorch_runs():
         ("d0_eq", t + 4 + n),  # self == other
         ("d0_half", 2 * t),  # grad / 2
         ("d0_select", n + 3 * t)]  # where(mask, grad / 2, grad)
+
+
+RELU6 = """
+<ir_version: 8, opset_import: ["" : 20]>
+g (float[4, 16] x) => (float[4, 16] y, float[4, 16] z) <float[16, 16] w = {0.0},
+                                                        float lo = {0.0}, float hi = {6.0}> {
+  h = MatMul(x, w)
+  y = Clip(h, lo, hi)
+  z = Clip(h, lo)
+}"""
+
+
+def test_clip_gradient_is_clamp_backward():
+    f = tilecast.analyze(_model(RELU6), "a100-40gb", mode="training", predictor="roofline")
+    got = sorted((k.kernel.name, k.kernel.bytes)
+                 for k in f.kernels if k.kernel.op_type == "ClipGrad")
+    t, n = 64 * 4, 64  # one [4, 16] fp32 tensor; n one-byte mask elements. clamp_backward:
+    assert got == [
+        # y = Clip(h, 0, 6): where((h >= 0).logical_and_(h <= 6), dY, 0)
+        ("Clip_1.d0", n + 2 * t), ("Clip_1.d0_and", 3 * n),
+        ("Clip_1.d0_bound0", t + n), ("Clip_1.d0_bound1", t + n),
+        # z = Clip(h, 0): where(h >= 0, dY, 0)
+        ("Clip_2.d0", n + 2 * t), ("Clip_2.d0_bound0", t + n)]
+
+
+CLIP6 = """
+<ir_version: 7, opset_import: ["" : 10]>
+g (float[4, 16] x) => (float[4, 16] y) <float[16, 16] w = {0.0}> {
+  h = MatMul(x, w)
+  y = Clip<min = 0.0, max = 6.0>(h)
+}"""
+
+
+def test_clip_before_opset_11_reads_its_bounds_from_attributes():
+    f = tilecast.analyze(_model(CLIP6), "a100-40gb", mode="training", predictor="roofline")
+    # both bounds: two compares, the and, the select (as Clip_1 above)
+    assert [k.kernel.name for k in f.kernels if k.kernel.op_type == "ClipGrad"] == [
+        "Clip_1.d0_bound0", "Clip_1.d0_bound1", "Clip_1.d0_and", "Clip_1.d0"]

@@ -149,9 +149,30 @@ def _extremum_grad(r: NodeResult, i: int) -> list[tuple[str, OpCost]]:
             _elementwise(f"d{i}", y.dtype, mask + 2 * g, y.numel)]
 
 
+def _clip_grad(r: NodeResult, i: int) -> list[tuple[str, OpCost]]:
+    """PyTorch's clamp_backward (FunctionsManual.cpp): ``where(self >= min, grad, 0)`` with one
+    bound; with both, ``where((self >= min).logical_and_(self <= max), grad, 0)``: a compare
+    per bound writing a one-byte mask, the in-place and, then the select."""
+    node, y = r.node, r.node.outputs[0]
+    x = node.input(0)
+    if i != 0 or x is None:
+        return []  # bounds given as tensors: constants in exported graphs, no gradient
+    if node.opset >= 11:
+        bounds = sum(node.input(j) is not None for j in (1, 2))
+    else:  # Clip-6 holds its bounds as attributes
+        bounds = sum(node.attr(a) is not None for a in ("min", "max"))
+    if not bounds:
+        return []  # no bound: autograd hands dY through
+    mask = y.numel
+    out = [_elementwise(f"d0_bound{j}", y.dtype, _nb(x) + mask, y.numel) for j in range(bounds)]
+    if bounds == 2:
+        out.append(_elementwise("d0_and", y.dtype, 3 * mask, y.numel))
+    return [*out, _elementwise("d0", y.dtype, mask + 2 * _nb(y), y.numel)]
+
+
 # Elementwise ops whose PyTorch gradient is not the generic one-kernel rule (_input_grad).
 INPUT_GRADS = {"Mul": _product_grad, "Pow": _power_grad, "Max": _extremum_grad,
-               "Min": _extremum_grad}
+               "Min": _extremum_grad, "Clip": _clip_grad}
 
 
 def _elementwise_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
