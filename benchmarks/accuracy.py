@@ -73,10 +73,9 @@ def _passes(runs) -> list[str]:
              "with the gradient accumulation (`bwall_latency`); `published/summary.csv` holds the",
              "paper's forecast of each. Signed error, forecast / measured - 1",
              "(`tilecast.evaluation.passes`). A forward far below its measurement on one run and",
-             "not on the next",
-             "(A100 80GB, MI210) is, where the run has a per-node CSV, a forward measured at",
-             "1.4-2.7x the sum of its per-node timings (`tilecast evaluate --by-family`;",
-             "docs/predictor.md, \"Which pass holds the gap\").", "",
+             "not on the next (A100 80GB, MI210) is, where the run has a per-node CSV, a forward",
+             "measured at 1.4-2.7x the sum of its per-node timings (`tilecast evaluate",
+             "--by-family`; docs/predictor.md, \"Which pass holds the gap\").", "",
              "| gpu | model | batch | fw ms | tilecast fw % | paper fw % | bw ms | tilecast bw % "
              "| paper bw % |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
 
