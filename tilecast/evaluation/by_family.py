@@ -28,7 +28,7 @@ from ..device_db import Device
 from ..errors import ConfigError
 from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
 from .harness import timed_alone
-from .labels import Label, Skipped, discover_labels
+from .labels import Label, Skipped, discover_labels, measured_passes
 from .runner import Progress, _no_labels, default_cache_dir, forecast_label
 
 PHASES = ("forward", "backward", "accumulate", "update")
@@ -158,22 +158,17 @@ def _node_ms(nodes: Iterable[FxNode], *, host: bool) -> float:
                for n in nodes if (n.family == HOST) == host)
 
 
-# Label JSON keys of the measured passes (NeuSight's training labels) and their node columns.
-PHASE_KEYS = (("forward", "fw_latency", ("forward_ms",)),
-              ("backward", "bwall_latency", ("backward_ms", "accumulate_ms")))
+# Per-node columns of each measured pass (labels.PASS_KEYS).
+PASS_COLUMNS = {"forward": ("forward_ms",), "backward": ("backward_ms", "accumulate_ms")}
 
 
 def phase_steps(label: Label, nodes: Iterable[FxNode], forecast: Forecast,
                 ) -> tuple[PhaseStep, ...]:
     """Each measured pass the label JSON records, beside its per-node sum and its forecast."""
-    data, by_phase = json.loads(label.file.read_text()), forecast.by_phase
-    nodes = tuple(nodes)
+    by_phase, nodes = forecast.by_phase, tuple(nodes)
     out = []
-    for phase, key, cols in PHASE_KEYS:
-        step = data.get(key)
-        if isinstance(step, bool) or not isinstance(step, (int, float)) or step <= 0:
-            continue
-        node_ms = sum(getattr(n, c) * n.repeats for n in nodes for c in cols)
+    for phase, step in measured_passes(label).items():
+        node_ms = sum(getattr(n, c) * n.repeats for n in nodes for c in PASS_COLUMNS[phase])
         out.append(PhaseStep(phase, round(step, 4), round(node_ms, 4),
                              round(step / node_ms, 4) if node_ms > 0 else None,
                              round(by_phase.get(phase, 0.0), 4)))

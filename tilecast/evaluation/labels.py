@@ -54,6 +54,23 @@ def _measured(path: Path) -> float:
     return float(value)
 
 
+# The passes a training label may also record (NeuSight's JSONs): the forward, and the
+# backward with the gradient accumulation.
+PASS_KEYS = {"forward": "fw_latency", "backward": "bwall_latency"}
+
+
+def measured_passes(label: Label) -> dict[str, float]:
+    """phase -> ms of each pass the label's JSON records as a positive number (none is fine)."""
+    data = json.loads(label.file.read_text())
+    out = {}
+    for phase, key in PASS_KEYS.items():
+        value = data.get(key) if isinstance(data, dict) else None
+        if (isinstance(value, (int, float)) and not isinstance(value, bool)
+                and math.isfinite(value) and value > 0):
+            out[phase] = float(value)
+    return out
+
+
 def _parse(path: Path, root: Path, models: Path) -> Label:
     m = NAME.match(path.name)
     if m is None:

@@ -12,14 +12,13 @@ forecast slow on the backward meets such a step by compensation (docs/predictor.
 from __future__ import annotations
 
 import csv
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..analyzer.pipeline import resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..errors import ConfigError
-from .labels import discover_labels
+from .labels import discover_labels, measured_passes
 from .runner import Progress, default_cache_dir, forecast_label
 
 PassKey = tuple[str, str, int, int]  # gpu dir, model stem, batch, seq
@@ -73,13 +72,6 @@ def load_paper_passes(published_dir: Path) -> dict[PassKey, tuple[float, float]]
     return out
 
 
-def _measured(file: Path) -> tuple[float, float] | None:
-    data = json.loads(file.read_text())
-    fw, bw = data.get("fw_latency"), data.get("bwall_latency")
-    ok = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (fw, bw))
-    return (float(fw), float(bw)) if ok else None
-
-
 def evaluate_passes(labels_dir: Path, *, models_dir: Path | None = None,
                     published_dir: Path | None = None, gpus: tuple[str, ...] = (),
                     predictor: str | Predictor | None = None, cache_dir: Path | None = None,
@@ -91,14 +83,17 @@ def evaluate_passes(labels_dir: Path, *, models_dir: Path | None = None,
     pred, cache = resolve_predictor(predictor), cache_dir or default_cache_dir()
     out = []
     for label in labels:
-        measured = _measured(label.file)
-        if label.mode != "training" or label.variant != "plain" or measured is None:
+        if label.mode != "training" or label.variant != "plain":
+            continue
+        measured = measured_passes(label)
+        if len(measured) < 2:
             continue
         if progress:
             progress(f"passes: {label.gpu} {label.file.name}")
         phases = forecast_label(label, pred, cache, progress).by_phase
         fw, bw = paper.get((label.gpu, label.model, label.batch, label.seq), (None, None))
-        out.append(PassRun(label.gpu, label.model, label.batch, label.seq, *measured,
+        out.append(PassRun(label.gpu, label.model, label.batch, label.seq,
+                           measured["forward"], measured["backward"],
                            round(phases.get("forward", 0.0), 4),
                            round(phases.get("backward", 0.0), 4), fw, bw))
     return tuple(out)
