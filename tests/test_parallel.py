@@ -159,6 +159,23 @@ def test_ddp_buckets_overlap_the_backward():
     assert (end, buckets, spent) == (4.0, 2, 2.0)
 
 
+def test_megatron_reduces_the_whole_gradient_after_the_backward():
+    # --no-overlap-grad-reduce: one all-reduce of every gradient byte of the rank, all of it
+    # exposed; the DDP form hides it behind the backward as far as the buckets allow
+    cl = make_cluster()
+    ddp = analyze_parallel(tiny_model(), Layout(dp=2), cluster=cl, predictor="roofline")
+    meg = analyze_parallel(tiny_model(), Layout(dp=2, overlap_grad_reduce=False), cluster=cl,
+                           predictor="roofline")
+    (c,) = [c for c in meg.collectives if c.group == "dp"]
+    assert (c.count, c.exposed, c.bytes) == (1, True, int(meg.ranks[0].memory.gradients))
+    whole = collective_cost("all-reduce", c.bytes, group_span(2, 1, cl.gpus_per_node), cl)
+    assert meg.ranks[0].exposed_comm_ms == pytest.approx(whole.latency_ms)
+    assert meg.ranks[0].compute_ms == pytest.approx(ddp.ranks[0].compute_ms)
+    assert meg.step_ms >= ddp.step_ms
+    assert Layout(dp=2, overlap_grad_reduce=False).label().endswith(",no-overlap")
+    assert Layout(tp=2, overlap_grad_reduce=False).label() == Layout(tp=2).label()
+
+
 def test_memory_accounting_per_gpu():
     # split over tp=2: wqkv 768 + wo 256 + w1 1024 + w2 1024 = 3072 -> 1536 per rank;
     # LayerNorm scales and biases (4 x 16) are replicated: 1600 fp32 parameters per rank.
@@ -213,6 +230,10 @@ def test_cli_parallel_json_lists_collectives(tmp_path):
                                      "--predictor", "roofline"])
     assert auto.exit_code == 0, auto.output
     assert "dp=4,tp=1,pp=1" in auto.output and "step_ms" in auto.output
+    meg = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
+                                    "dp=2", "--cluster", "dgx-a100", "--predictor", "roofline",
+                                    "--no-overlap-grad-reduce"])
+    assert meg.exit_code == 0 and "no-overlap" in meg.output, meg.output
     bad = CliRunner().invoke(main, ["analyze", str(path), "--parallel", "dp=2",
                                     "--cluster", "dgx-a100"])
     assert bad.exit_code == 2 and "--mode training" in bad.output

@@ -135,6 +135,9 @@ def parallel_options(fn: Callable) -> Callable:
         click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
                      help="ZeRO stage (3 = FSDP full shard)."),
         click.option("--sequence-parallel/--no-sequence-parallel", default=False),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True,
+                     show_default=True, help="Reduce gradients during the backward (DDP) "
+                     "or after it (Megatron-LM's default: --no-overlap-grad-reduce)."),
         click.option("--recompute", type=click.Choice(("none", "selective", "full")),
                      is_flag=False, flag_value="full",
                      help="Activation recomputation: selective reruns the attention core "

@@ -14,6 +14,10 @@ residual add and the masked softmax by default (its ``--bias-gelu-fusion``,
 ``--bias-dropout-fusion`` and ``--masked-softmax-fusion`` flags, on unless disabled;
 megatron/arguments.py), so the forecast uses tilecast.parallel's fused execution
 (``fusion=True``: ``parallel.megatron``, whose masked softmax fuses in 16-bit only).
+The harness passes ``DDP_impl="torch"`` to Megatron-LM (``other_megatron_args``), so its
+data-parallel gradients are all-reduced by PyTorch DDP in 25 MB buckets during the backward:
+tilecast's default (``Layout.overlap_grad_reduce``), not Megatron-LM's own default of one
+reduction after the backward.
 """
 
 from __future__ import annotations

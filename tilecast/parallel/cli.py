@@ -17,7 +17,7 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
                  cluster: str | None, gpus: int | None, global_batch: int | None,
                  layers: int | None, zero: int, sequence_parallel: bool,
                  recompute: str | None, virtual_stages: int = 1, runtime: str = "eager",
-                 fusion: bool = False) -> str:
+                 fusion: bool = False, overlap_grad_reduce: bool = True) -> str:
     """``recompute`` None: none for one layout; ``auto`` takes the least that fits."""
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")
@@ -29,7 +29,8 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
         cl = cluster_for_device(load_device(device))
     else:
         cl = load_cluster(cluster)
-    options = dict(zero=zero, sequence_parallel=sequence_parallel)
+    options = dict(zero=zero, sequence_parallel=sequence_parallel,
+                   overlap_grad_reduce=overlap_grad_reduce)
 
     def run(layout: Layout):
         return analyze_parallel(model, layout, cluster=cl, device=device, dims=dims,

@@ -9,6 +9,12 @@ from ..errors import TilecastError
 # PyTorch DistributedDataParallel's default gradient bucket (bucket_cap_mb=25),
 # https://pytorch.org/docs/stable/generated/torch.nn.parallel.DistributedDataParallel.html
 DDP_BUCKET_MB = 25.0
+# Whether the data-parallel gradient reduction overlaps the backward. PyTorch DDP overlaps it
+# bucket by bucket; Megatron-LM does not unless asked (its --overlap-grad-reduce is off by
+# default: megatron/training/arguments.py; with it off, megatron.core's
+# DistributedDataParallel takes the whole gradient buffer as one bucket, reduced after the
+# last backward by finalize_model_grads; the older megatron.model.DistributedDataParallel
+# ("local" DDP) likewise all-reduced its contiguous buffer after forward_backward).
 ZERO_STAGES = (0, 1, 2, 3)  # 0: plain DDP; 3 is FSDP's FULL_SHARD
 # Activation recomputation (Korthikanti et al., "Reducing Activation Recomputation in Large
 # Transformer Models", arXiv:2205.05198, 2022): "selective" recomputes the attention core
@@ -28,6 +34,7 @@ class Layout:
     recompute: str = "none"  # RECOMPUTE; True / False are read as "full" / "none"
     bucket_mb: float = DDP_BUCKET_MB
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per GPU (Megatron-LM)
+    overlap_grad_reduce: bool = True  # False: one reduction after the backward (Megatron-LM)
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "microbatches", "virtual_stages"):
@@ -56,7 +63,9 @@ class Layout:
                          ",sp" if self.sequence_parallel else "",
                          {"none": "", "full": ",recompute"}.get(
                              self.recompute, f",recompute={self.recompute}"),
-                         f",vp={self.virtual_stages}" if self.virtual_stages > 1 else ""))
+                         f",vp={self.virtual_stages}" if self.virtual_stages > 1 else "",
+                         ",no-overlap" if self.dp > 1 and not self.overlap_grad_reduce
+                         else ""))
         return f"dp={self.dp},tp={self.tp},pp={self.pp},mb={self.microbatches}{extra}"
 
 

@@ -65,19 +65,23 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
         return 0.0, []
     span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    # The backward visits the layers last to first; its tensor-parallel all-reduces and
-    # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
-    scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
-    grads, t = [], 0.0
-    for u in reversed(layers):
-        t += u.bwd_ms * scale
-        grads.append((t, u.param_bytes))
-    end, buckets, _ = overlapped_allreduce(
-        grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
+    if layout.overlap_grad_reduce:
+        # The backward visits the layers last to first; its tensor-parallel all-reduces and
+        # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
+        scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
+        grads, t = [], 0.0
+        for u in reversed(layers):
+            t += u.bwd_ms * scale
+            grads.append((t, u.param_bytes))
+        end, buckets, _ = overlapped_allreduce(
+            grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
+    else:  # one reduction of the whole gradient buffer once the backward is done
+        end, buckets = bwd_ms + collective_cost(op, seg.param_bytes, span, cl).latency_ms, 1
     bucket = seg.param_bytes / max(buckets, 1)
     c = collective_cost(op, bucket, span, cl)
     colls = [CollectiveForecast(f"dp.grad.{op}", op, "dp", "backward", int(bucket), layout.dp,
-                                buckets, c.latency_ms, c.algorithm, c.link, False, stage)]
+                                buckets, c.latency_ms, c.algorithm, c.link,
+                                not layout.overlap_grad_reduce, stage)]
     exposed = max(0.0, end - bwd_ms)
     if layout.zero >= 1:  # the updated shards are gathered back
         ag = collective_cost("all-gather", seg.param_bytes, span, cl)
