@@ -1,0 +1,146 @@
+"""Shared pieces of the ``tilecast`` command line: the group that turns library errors into
+one ``Error:`` line, output writing, and the option sets several commands take."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .analyzer.mathmode import MATH_MODES
+from .analyzer.runtime import RUNTIMES
+from .errors import TilecastError
+
+# Exit statuses (docs/reliability.md): 0 ok, 1 a regression (compare, gate), 2 bad input or
+# an environment problem, 3 an internal error (a tilecast bug: never a pass, never "regressed").
+BAD_INPUT_EXIT = 2
+INTERNAL_ERROR_EXIT = 3
+_CLICK_FLOW = (click.ClickException, click.exceptions.Exit, click.exceptions.Abort)
+
+
+class TilecastGroup(click.Group):
+    """Turns library errors into one ``Error:`` line instead of a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TilecastError as exc:
+            fail(str(exc))
+        except OSError as exc:  # unwritable -o path, disk full, ...
+            fail(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+        except KeyboardInterrupt:
+            fail("interrupted")
+        except _CLICK_FLOW:
+            raise
+        except Exception as exc:  # a bug: fail closed with its own status, not as exit 1
+            if os.environ.get("TILECAST_DEBUG"):
+                traceback.print_exc()
+            fail(f"internal error ({type(exc).__name__}: {exc}); this is a tilecast bug, "
+                  "please report it (TILECAST_DEBUG=1 prints the traceback)",
+                  INTERNAL_ERROR_EXIT)
+
+
+def fail(message: str, status: int = BAD_INPUT_EXIT) -> None:
+    exc = click.ClickException(message.splitlines()[0] if message else "failed")
+    exc.exit_code = status
+    raise exc
+
+
+def write_output(text: str, output: str | None) -> None:
+    """Print, or write ``output`` atomically so a failure never leaves a half-written file."""
+    if not output or output == "-":
+        click.echo(text, nl=False)
+        return
+    path = Path(output)
+    fd, tmp = tempfile.mkstemp(dir=path.parent if str(path.parent) else ".",
+                               prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    click.echo(f"wrote {path}", err=True)
+
+
+def _parse_dims(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...],
+                ) -> dict[str, int]:
+    dims: dict[str, int] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        if not sep or not name or not value.strip().isdigit() or int(value) <= 0:
+            raise click.BadParameter(f"{item!r}: expected NAME=POSITIVE_INT, e.g. batch=8")
+        dims[name.strip()] = int(value)
+    return dims
+
+
+# Shared options: one definition each, reused by every command that takes them.
+def output_options(formats: tuple[str, ...]) -> Callable:
+    def deco(fn: Callable) -> Callable:
+        fn = click.option("-o", "--output", type=click.Path(dir_okay=False),
+                          help="Write to FILE instead of stdout.")(fn)
+        return click.option("--format", "fmt", type=click.Choice(formats), default=formats[0],
+                            show_default=True, help="Output format.")(fn)
+    return deco
+
+
+def model_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--dim", "dims", multiple=True, callback=_parse_dims, metavar="NAME=N",
+                     help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every "
+                          "other dim is derived."),
+        click.option("--mode", type=click.Choice(("inference", "training")),
+                     default="inference", show_default=True),
+        click.option("--fusion/--no-fusion", default=False, show_default=True,
+                     help="Forecast fused execution (torch.compile-style fusion groups; with "
+                          "--parallel, Megatron-LM's fused kernels)."),
+        click.option("--predictor", default="default", show_default=True,
+                     help="default (learned if shipped), learned, roofline, or a .onnx path."),
+        click.option("--math", type=click.Choice(MATH_MODES), default=None,
+                     help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
+                          "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
+                          "graph under torch.autocast, casts costed)."),
+        click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
+                     help="eager (per-kernel host dispatch; default) or graph (CUDA graphs / "
+                          "XLA / TensorRT-style: no dispatch floor, BN folded into Conv)."),
+    )):
+        fn = opt(fn)
+    return fn
+
+
+def parallel_options(fn: Callable) -> Callable:
+    for opt in reversed((
+        click.option("--parallel", help="dp=D,tp=T,pp=P (training on a cluster), or auto "
+                     "to rank every layout of --gpus GPUs."),
+        click.option("--microbatches", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Microbatches per step and data-parallel rank "
+                     "(the graph's batch is one); auto derives it from --global-batch."),
+        click.option("--cluster", help="Cluster preset (dgx-a100, dgx-h100, hgx-b200, "
+                     "l4-pcie-8, mi250-oam, ...) or a cluster JSON path."),
+        click.option("--gpus", type=click.IntRange(min=1), help="GPU count for --parallel auto."),
+        click.option("--global-batch", type=click.IntRange(min=1),
+                     help="--parallel auto: samples per step (default: gpus x graph batch)."),
+        click.option("--layers", type=click.IntRange(min=1), help="Repeat the graph's first "
+                     "transformer layer up to this many layers."),
+        click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True,
+                     help="ZeRO stage (3 = FSDP full shard)."),
+        click.option("--sequence-parallel/--no-sequence-parallel", default=False),
+        click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True,
+                     show_default=True, help="Reduce gradients during the backward (DDP) "
+                     "or after it (Megatron-LM's default: --no-overlap-grad-reduce)."),
+        click.option("--recompute", type=click.Choice(("none", "selective", "full")),
+                     is_flag=False, flag_value="full",
+                     help="Activation recomputation: selective reruns the attention core "
+                     "in the backward, full (also bare --recompute) the whole layer. "
+                     "Default: none; --parallel auto takes the least that fits."),
+        click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
+                     show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
+    )):
+        fn = opt(fn)
+    return fn
