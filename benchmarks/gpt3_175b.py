@@ -44,13 +44,14 @@ def export_graph(cache: Path, layers_exported: int = 2, dtype: str = "float16") 
     return path
 
 
-def forecast(path: Path, predictor: str = "default", virtual_stages: int = 1):
+def forecast(path: Path, predictor: str = "default", virtual_stages: int = 1,
+             overlap_grad_reduce: bool = True):
     """Narayanan et al.'s 175B run: tp 8, pp 8, dp 16, 96 microbatches of 1, recomputation,
     Adam, Megatron fusions, on DGX A100 nodes (a ``ParallelForecast``)."""
     from tilecast.parallel import Layout, analyze_parallel
 
     layout = Layout(dp=16, tp=8, pp=8, microbatches=1536 // 16, recompute="full",
-                    virtual_stages=virtual_stages)
+                    virtual_stages=virtual_stages, overlap_grad_reduce=overlap_grad_reduce)
     return analyze_parallel(path, layout, cluster="dgx-a100", predictor=predictor,
                             optimizer="adam", layers=96, fusion=True)
 
@@ -84,6 +85,10 @@ def main() -> None:
     inter = forecast(path, args.predictor, virtual_stages=2)
     print(f"interleaved (2 chunks)  {inter.step_ms / 1e3:.2f} s, "
           f"{inter.tflops_per_gpu:.1f} TFLOP/s per GPU")
+    after = forecast(path, args.predictor, overlap_grad_reduce=False)
+    print(f"dp reduce after bwd     {after.step_ms / 1e3:.2f} s, "
+          f"{after.tflops_per_gpu:.1f} TFLOP/s per GPU (Megatron-LM's default, "
+          "--no-overlap-grad-reduce)")
     for r in f.ranks:
         print(f"  stage {r.stage}: layers {r.layers[0]}-{r.layers[1] - 1} compute "
               f"{r.compute_ms:.0f} ms, exposed comm {r.exposed_comm_ms:.0f} ms, bubble "
