@@ -135,7 +135,7 @@ def test_multi_gpu_label_is_forecast_with_its_layout(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_multi_gpu_labels_hold_their_documented_error(dataset_dir):
     # The 11 four-GPU Megatron-LM runs (A100 SXM4 and H100; dp4, tp4, pp4_1) forecast by
-    # tilecast.parallel: 11.4 % MAPE in docs/parallel.md (NeuSight 7.7 % on the same cells,
+    # tilecast.parallel: 11.0 % MAPE in docs/parallel.md (NeuSight 7.7 % on the same cells,
     # issue 12's bar; 8.9 % before SIMT GEMMs took the fastest batch-ladder candidate). A
     # regression alarm: every H100 run is forecast fast, so a change that speeds H100
     # kernels up shows here first.

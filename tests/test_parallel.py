@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx.parser
 import pytest
 from click.testing import CliRunner
-from parallel_helpers import LINK, NET, layers_text, make_cluster, tiny_model
+from parallel_helpers import LINK, NET, SOURCES, layers_text, make_cluster, tiny_model
 
 from tilecast.cli import main
 from tilecast.errors import ConfigError, TilecastError
@@ -71,12 +71,25 @@ def test_one_rank_per_node_uses_the_network_and_one_rank_costs_nothing():
     assert collective_cost("all-reduce", 1e9, Span(1, 1), make_cluster()).latency_ms == 0
 
 
+def test_a_links_measured_bus_bandwidth_scales_the_bandwidth_term():
+    # busbw_fraction 0.8: the 1 GB ring all-reduce's bandwidth term 1.5 x 1e9 / 80e9 s;
+    # the latency terms are unchanged
+    cl = make_cluster(intra_node={**LINK, "busbw_fraction": 0.8},
+                      sources={**SOURCES, "intra_node.busbw_fraction": "test"})
+    c = collective_cost("all-reduce", 1e9, Span(4, 4), cl)
+    assert c.latency_ms == pytest.approx(BASE + 6 * 2e-3 + 1.5 * 12.5, rel=1e-9)
+    assert make_cluster().intra.busbw_fraction == 1.0  # absent: the link rate
+
+
 def test_presets_load_with_sources_and_device_bandwidths():
     names = {c.name for c in list_clusters()}
     assert {"dgx-a100", "dgx-h100", "hgx-b200", "l4-pcie-8", "mi250-oam"} <= names
     # null bandwidth: the device DB's NVLink (600 GB/s both ways) -> 300 per direction
     assert load_cluster("dgx-a100").intra.bandwidth_gbps == 300
     assert load_cluster("l4-pcie-8").intra.bandwidth_gbps == 31.5  # PCIe Gen4 x16
+    # NCCL on NVLink: ~232 of 300 GB/s (A100), 370 of 450 (H100), from published nccl-tests
+    assert load_cluster("dgx-a100").intra.busbw_gbps == pytest.approx(231, abs=1)
+    assert load_cluster("dgx-h100").intra.busbw_gbps == pytest.approx(369, abs=1)
 
 
 @pytest.mark.parametrize("change, field", [
@@ -86,6 +99,9 @@ def test_presets_load_with_sources_and_device_bandwidths():
     ({"inter_node": {**NET, "latency_us": "fast"}}, "inter_node.latency_us"),
     ({"sources": {"gpus_per_node": "x"}}, "intra_node.bandwidth_gbps"),
     ({"extra": 1}, "extra"),
+    ({"intra_node": {**LINK, "busbw_fraction": 1.3}}, "intra_node.busbw_fraction"),
+    ({"intra_node": {**LINK, "busbw_fraction": 0}}, "intra_node.busbw_fraction"),
+    ({"intra_node": {**LINK, "busbw_fraction": 0.8}}, "intra_node.busbw_fraction"),  # no source
 ])
 def test_cluster_json_errors_name_the_field(change, field):
     with pytest.raises(ConfigError, match=f"field '{field}'"):

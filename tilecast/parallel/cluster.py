@@ -27,6 +27,10 @@ PCIE_X16_GBPS = {3: 15.75, 4: 31.5, 5: 63.0, 6: 121.0}
 _CLUSTER_KEYS = ("name", "description", "gpu", "gpus_per_node", "intra_node", "inter_node",
                  "sources")
 _LINK_KEYS = ("fabric", "generation", "bandwidth_gbps", "latency_us")
+_LINK_OPTIONAL = ("busbw_fraction",)
+# A collective cannot sustain more than its link's rate; in-switch reduction (NVLink SHARP)
+# reports a bus bandwidth above it, which the ring model here does not describe.
+MAX_BUSBW_FRACTION = 1.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,13 @@ class Link:
     generation: str
     bandwidth_gbps: float  # GB/s per GPU per direction
     latency_us: float  # per hop (one ring step)
+    # Share of ``bandwidth_gbps`` NCCL's collectives sustain on large messages (nccl-tests
+    # bus bandwidth / link rate); 1.0 where no measurement is given.
+    busbw_fraction: float = 1.0
+
+    @property
+    def busbw_gbps(self) -> float:
+        return self.bandwidth_gbps * self.busbw_fraction
 
 
 @dataclass(frozen=True)
@@ -75,12 +86,14 @@ def _text(obj: Mapping[str, Any], key: str, path: str, origin: str) -> str:
     return value
 
 
-def _check_keys(obj: Any, keys: tuple[str, ...], prefix: str, origin: str) -> None:
+def _check_keys(obj: Any, keys: tuple[str, ...], prefix: str, origin: str,
+                optional: tuple[str, ...] = ()) -> None:
     if not isinstance(obj, Mapping):
         raise _err(origin, prefix.rstrip(".") or "<top level>", "must be a JSON object")
     for key in obj:
-        if key not in keys:
-            raise _err(origin, prefix + key, f"is not a known field (known: {', '.join(keys)})")
+        if key not in keys + optional:
+            raise _err(origin, prefix + key,
+                       f"is not a known field (known: {', '.join(keys + optional)})")
     for key in keys:
         if key not in obj:
             raise _err(origin, prefix + key, "is missing")
@@ -101,7 +114,7 @@ def device_link_gbps(device: Device, fabric: str) -> float | None:
 
 def _link(obj: Any, key: str, fabrics: tuple[str, ...], device: Device, sources: Mapping,
           origin: str) -> Link:
-    _check_keys(obj, _LINK_KEYS, f"{key}.", origin)
+    _check_keys(obj, _LINK_KEYS, f"{key}.", origin, _LINK_OPTIONAL)
     fabric = _text(obj, "fabric", f"{key}.fabric", origin)
     if fabric not in fabrics:
         raise _err(origin, f"{key}.fabric", f"must be one of {', '.join(fabrics)}, got "
@@ -117,8 +130,15 @@ def _link(obj: Any, key: str, fabrics: tuple[str, ...], device: Device, sources:
         _need_source(sources, f"{key}.bandwidth_gbps", origin)
     latency = _positive(obj["latency_us"], f"{key}.latency_us", origin)
     _need_source(sources, f"{key}.latency_us", origin)
+    fraction = 1.0
+    if obj.get("busbw_fraction") is not None:
+        fraction = _positive(obj["busbw_fraction"], f"{key}.busbw_fraction", origin)
+        if fraction > MAX_BUSBW_FRACTION:
+            raise _err(origin, f"{key}.busbw_fraction", f"must be at most "
+                       f"{MAX_BUSBW_FRACTION} (a share of the link rate), got {fraction!r}")
+        _need_source(sources, f"{key}.busbw_fraction", origin)
     return Link(fabric, _text(obj, "generation", f"{key}.generation", origin), float(bw),
-                float(latency))
+                float(latency), float(fraction))
 
 
 def _need_source(sources: Mapping, path: str, origin: str) -> None:

@@ -1,7 +1,8 @@
 """Alpha-beta costs of the NCCL/RCCL collectives on a cluster's links.
 
 Per collective: ``base + steps * alpha + factor * bytes / bandwidth`` where ``alpha`` is the
-link's per-hop latency, ``bandwidth`` its GB/s per GPU per direction and ``factor`` the bus
+link's per-hop latency, ``bandwidth`` the bus bandwidth NCCL sustains on it (its GB/s per GPU
+per direction times the link's measured ``busbw_fraction``) and ``factor`` the bus
 bandwidth factor of the algorithm (Thakur, Rabenseifner, Gropp, "Optimization of Collective
 Communication Operations in MPICH", IJHPCA 2005; NCCL's own performance notes,
 https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
@@ -57,7 +58,7 @@ def group_span(ranks: int, stride: int, gpus_per_node: int) -> Span:
 
 def _flat(op: str, nbytes: float, n: int, link: Link) -> tuple[float, str]:
     """Seconds of one collective over ``n`` ranks on one kind of link (no base latency)."""
-    a, bw = link.latency_us * 1e-6, link.bandwidth_gbps * 1e9
+    a, bw = link.latency_us * 1e-6, link.busbw_gbps * 1e9
     if op == "all-reduce":
         ring = 2 * (n - 1) * a + 2 * (n - 1) / n * nbytes / bw
         tree = 2 * math.ceil(math.log2(n)) * a + 2 * nbytes / bw
@@ -100,7 +101,7 @@ def _hierarchical(op: str, nbytes: float, span: Span, cluster: Cluster) -> Colle
     if op == "all-to-all":  # every rank exchanges with every other: the network bounds it
         secs, _ = _flat(op, nbytes, span.ranks, cluster.inter)
         secs = max(secs, (span.ranks - 1) / span.ranks * nbytes * (nodes - 1) / nodes
-                   / (cluster.inter.bandwidth_gbps * 1e9))
+                   / (cluster.inter.busbw_gbps * 1e9))
     else:
         intra_rs, _ = _flat("reduce-scatter", nbytes, g, cluster.intra)
         inter, _ = _flat(op, nbytes / g, nodes, cluster.inter)
