@@ -404,3 +404,15 @@ def test_unknown_runtime_is_an_error():
     with pytest.raises(TilecastError, match="unknown runtime"):
         analyze_parallel(tiny_model(), Layout(), cluster=make_cluster(), predictor="roofline",
                          runtime="jit")
+
+
+def test_clusters_command_lists_presets_and_shows_one_with_sources():
+    r = CliRunner().invoke(main, ["clusters"])
+    assert r.exit_code == 0, r.output
+    assert "dgx-h100" in r.output and "nvswitch 450 (NCCL 369)" in r.output
+    shown = CliRunner().invoke(main, ["clusters", "show", "dgx-a100", "--format", "json"])
+    data = json.loads(shown.output)
+    assert data["intra_node"]["busbw_gbps"] == pytest.approx(231)
+    assert "intra_node.busbw_fraction" in data["sources"]
+    bad = CliRunner().invoke(main, ["clusters", "show", "dgx-z9"])
+    assert bad.exit_code == 2 and bad.output.startswith("Error: unknown cluster 'dgx-z9'")

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .cli_catalog import clusters, devices
 from .cli_options import (
     TilecastGroup,
     fail,
@@ -33,6 +34,10 @@ def main() -> None:
       tilecast analyze model.onnx --device l4
       tilecast devices
     """
+
+
+main.add_command(devices)
+main.add_command(clusters)
 
 
 @main.command()
@@ -86,38 +91,6 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
     if strict and forecast.incomplete:
         fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
               f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)")
-
-
-@main.group(invoke_without_command=True)
-@output_options(("table", "json"))
-@click.pass_context
-def devices(ctx: click.Context, fmt: str, output: str | None) -> None:
-    """List the GPUs in the device database.
-
-    \b
-    Example:
-      tilecast devices
-      tilecast devices show l4
-    """
-    if ctx.invoked_subcommand is None:
-        from .device_db.report import render_devices
-
-        write_output(render_devices(fmt), output)
-
-
-@devices.command("show")
-@click.argument("name")
-@output_options(("table", "json"))
-def devices_show(name: str, fmt: str, output: str | None) -> None:
-    """Print one GPU's description with its sources.
-
-    \b
-    Example:
-      tilecast devices show "NVIDIA H100 80GB HBM3"
-    """
-    from .device_db.report import render_device
-
-    write_output(render_device(name, fmt), output)
 
 
 @main.command()
