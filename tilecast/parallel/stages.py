@@ -4,7 +4,7 @@ optimizer step and memory."""
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..analyzer.types import DTYPE_SIZE
 from .cluster import Cluster
@@ -58,6 +58,23 @@ def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
     return Memory(weights, grads, opt, per_mb * in_flight, cl.device.memory_gb * GIB)
 
 
+def _grad_reduction_end(seg: Segment, bwd_ms: float, layers: Sequence[Segment],
+                        layout: Layout, cost_ms: Callable[[float], float]
+                        ) -> tuple[float, int]:
+    """(when the last gradient reduction ends, ms from the start of the backward; buckets)."""
+    if not layout.overlap_grad_reduce:  # the whole buffer, once the backward is done
+        return bwd_ms + cost_ms(seg.param_bytes), 1
+    # The backward visits the layers last to first; its tensor-parallel all-reduces and
+    # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
+    scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
+    grads, t = [], 0.0
+    for u in reversed(layers):
+        t += u.bwd_ms * scale
+        grads.append((t, u.param_bytes))
+    end, buckets, _ = overlapped_allreduce(grads, layout.bucket_mb * MB, cost_ms)
+    return end, buckets
+
+
 def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, cl: Cluster,
         stage: int) -> tuple[float, list[CollectiveForecast]]:
     """Exposed data-parallel time after the last backward and its collectives."""
@@ -65,18 +82,8 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
         return 0.0, []
     span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    if layout.overlap_grad_reduce:
-        # The backward visits the layers last to first; its tensor-parallel all-reduces and
-        # recomputation stretch it evenly, so kernel time is scaled to the whole backward.
-        scale = bwd_ms / max(sum(u.bwd_ms for u in layers), 1e-12)
-        grads, t = [], 0.0
-        for u in reversed(layers):
-            t += u.bwd_ms * scale
-            grads.append((t, u.param_bytes))
-        end, buckets, _ = overlapped_allreduce(
-            grads, layout.bucket_mb * MB, lambda b: collective_cost(op, b, span, cl).latency_ms)
-    else:  # one reduction of the whole gradient buffer once the backward is done
-        end, buckets = bwd_ms + collective_cost(op, seg.param_bytes, span, cl).latency_ms, 1
+    end, buckets = _grad_reduction_end(seg, bwd_ms, layers, layout,
+                                       lambda b: collective_cost(op, b, span, cl).latency_ms)
     bucket = seg.param_bytes / max(buckets, 1)
     c = collective_cost(op, bucket, span, cl)
     colls = [CollectiveForecast(f"dp.grad.{op}", op, "dp", "backward", int(bucket), layout.dp,
