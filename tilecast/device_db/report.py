@@ -35,11 +35,11 @@ def render_devices(fmt: str = "table") -> str:
     return "\n".join([head, *rows]) + f"\n{len(devs)} devices (TFLOP/s dense, boost clock)\n"
 
 
-def render_device(name: str, fmt: str = "table") -> str:
-    d = load_device(name)
-    data = device_dict(d)
-    if fmt == "json":
-        return json.dumps(data, indent=2) + "\n"
+def render_fields(data: dict[str, Any], width: int) -> str:
+    """``key  value`` lines (a nested object as k=v pairs, a list comma-joined), then the
+    ``sources`` entry of ``data`` one per line: the table view of ``devices show`` and
+    ``clusters show``."""
+    data = dict(data)
     sources = data.pop("sources")
     lines = []
     for key, value in data.items():
@@ -48,6 +48,13 @@ def render_device(name: str, fmt: str = "table") -> str:
                               for k, v in value.items())
         elif isinstance(value, list):
             value = ", ".join(map(str, value))
-        lines.append(f"{key:<26}{value}")
+        lines.append(f"{key:<{width}}{value}")
     lines += ["", "sources:"] + [f"  {k}: {v}" for k, v in sources.items()]
     return "\n".join(lines) + "\n"
+
+
+def render_device(name: str, fmt: str = "table") -> str:
+    data = device_dict(load_device(name))
+    if fmt == "json":
+        return json.dumps(data, indent=2) + "\n"
+    return render_fields(data, 26)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..device_db.report import render_fields
 from .cluster import Cluster, Link, list_clusters, load_cluster
 
 
@@ -45,12 +46,4 @@ def render_cluster(name: str, fmt: str = "table") -> str:
     data = cluster_dict(load_cluster(name))
     if fmt == "json":
         return json.dumps(data, indent=2) + "\n"
-    sources = data.pop("sources")
-    lines = []
-    for key, value in data.items():
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}"
-                              for k, v in value.items())
-        lines.append(f"{key:<16}{value}")
-    lines += ["", "sources:"] + [f"  {k}: {v}" for k, v in sources.items()]
-    return "\n".join(lines) + "\n"
+    return render_fields(data, 16)
