@@ -64,6 +64,14 @@ def test_all_reduce_across_nodes_is_hierarchical():
     assert c.latency_ms == pytest.approx(BASE + 2 * intra + inter, rel=1e-9)
 
 
+def test_all_to_all_across_nodes_sends_the_off_node_share_over_the_network():
+    # 16 ranks, 8 per node, 1 GB each: 7/16 over NVLink (100 GB/s) and 8/16 over the network
+    # (10 GB/s) at once, the network paces it, after 15 network hops of 5 us.
+    c = collective_cost("all-to-all", 1e9, Span(16, 8), make_cluster())
+    assert c.algorithm == "hierarchical"
+    assert c.latency_ms == pytest.approx(BASE + 15 * 5e-3 + 0.5 * 1e9 / 10e9 * 1e3, rel=1e-9)
+
+
 def test_one_rank_per_node_uses_the_network_and_one_rank_costs_nothing():
     c = collective_cost("all-reduce", 1e9, group_span(4, 8, 8), make_cluster())
     assert c.link.startswith("inter-node") and c.latency_ms == pytest.approx(

@@ -11,7 +11,9 @@ https://github.com/NVIDIA/nccl-tests/blob/master/doc/PERFORMANCE.md):
   a reduce then a broadcast, pipelined): 2*ceil(log2 n) steps, factor 2. tilecast picks the
   cheaper of the two for the message size, as NCCL's tuner does with its own cost model.
 - ring reduce-scatter and all-gather: n-1 steps, factor (n-1)/n of the full buffer.
-- all-to-all: n-1 steps, factor (n-1)/n; send/recv: one step, factor 1.
+- all-to-all: n-1 steps, factor (n-1)/n; send/recv: one step, factor 1. Across nodes, the
+  share of the buffer bound for other nodes ((n-g)/n with g ranks per node) crosses the
+  network while the rest moves over NVLink.
 
 A group spanning several nodes runs hierarchically (NCCL's tree and ring both cross the
 network once per node): reduce-scatter inside the node, the collective across nodes on 1/g of
@@ -98,10 +100,14 @@ def collective_cost(op: str, nbytes: float, span: Span, cluster: Cluster) -> Col
 def _hierarchical(op: str, nbytes: float, span: Span, cluster: Cluster) -> CollectiveCost:
     g, nodes = span.per_node, span.nodes
     base = BASE_LATENCY_US * 1e-6
-    if op == "all-to-all":  # every rank exchanges with every other: the network bounds it
-        secs, _ = _flat(op, nbytes, span.ranks, cluster.inter)
-        secs = max(secs, (span.ranks - 1) / span.ranks * nbytes * (nodes - 1) / nodes
-                   / (cluster.inter.busbw_gbps * 1e9))
+    if op == "all-to-all":
+        # Every rank sends 1/n of its buffer to each other rank at once: (g - 1)/n of it over
+        # NVLink to its node's ranks, (n - g)/n over its own network link; the slower of the
+        # two paces it, after (n - 1) network hops of latency.
+        n = span.ranks
+        intra = (g - 1) / n * nbytes / (cluster.intra.busbw_gbps * 1e9)
+        inter = (n - g) / n * nbytes / (cluster.inter.busbw_gbps * 1e9)
+        secs = (n - 1) * cluster.inter.latency_us * 1e-6 + max(intra, inter)
     else:
         intra_rs, _ = _flat("reduce-scatter", nbytes, g, cluster.intra)
         inter, _ = _flat(op, nbytes / g, nodes, cluster.inter)
