@@ -153,6 +153,22 @@ def test_switch_experts_are_padded_to_capacity(exports):
                                                   "decoder_input_ids"]
 
 
+def test_switch_moe_layers_are_recognized_for_expert_parallelism(exports):
+    from tilecast.parallel import Layout, analyze_parallel
+    from tilecast.parallel.api import _graph
+    from tilecast.parallel.experts import recognize_experts
+    from tilecast.parallel.structure import recognize
+
+    proto = exports("switch", SWITCH)
+    _, _, results = _graph(proto, None)
+    groups = recognize_experts(results, recognize(results))
+    # one sparse encoder and one sparse decoder layer, 4 experts each, (4, B * 6, d_model)
+    assert [g.experts for g in groups] == [4, 4]
+    assert {g.dispatch_bytes for g in groups} == {4 * B * 6 * SWITCH["d_model"] * 4}
+    f = analyze_parallel(proto, Layout(dp=4, ep=4), cluster="dgx-a100", predictor="roofline")
+    assert sum(c.count for c in f.collectives if c.op == "all-to-all") == 2 * 2 * 2
+
+
 def test_from_torch_meta_module_with_dynamic_batch(tmp_path):
     import torch
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import onnx
 
+from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
@@ -19,12 +20,20 @@ from ..analyzer.types import Kernel, OpCost
 from ..device_db import Device, load_device
 from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
+from .experts import (
+    ExpertGroup,
+    ExpertPlan,
+    expert_kernels,
+    grown_forward,
+    plan_experts,
+    recognize_experts,
+)
 from .forecast import ParallelForecast
 from .layout import Layout
 from .megatron import MEGATRON_FUSION, fused_backward, fused_internal
 from .segments import Segment, segment_costs
 from .stages import build_stages
-from .structure import EPILOGUE, PROLOGUE, recognize
+from .structure import EPILOGUE, PROLOGUE, Structure, recognize
 from .tensor import check_divisible, roles, shard_kernels
 
 
@@ -105,12 +114,11 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     proto, graph, results = _graph(model, dims, runtime)
     s = recognize(results)
     warnings = list(s.warnings)
-    if (layout.tp > 1 or layout.pp > 1 or layers) and not s.layers:
-        raise TilecastError(f"tensor/pipeline parallelism and layer replication need "
-                            f"transformer layers, but none was recognized in "
-                            f"{graph.name or model}: {'; '.join(s.warnings)}")
-    if layout.tp > 1:
-        check_divisible(results, s, layout.tp)
+    moe, plan = _check_structure(results, s, layout, layers, graph.name or str(model))
+    if moe and all(s.segment(min(g.rows)) != 0 for g in moe) and (layers or 0) > s.layers:
+        warnings.append("--layers repeats the graph's first layer, which is dense here: the "
+                        "repeated layers have no experts; export the full depth to forecast "
+                        "every MoE layer")
     r = roles(results, s, layout.sequence_parallel)
     groups = fusion_groups(graph, results, MEGATRON_FUSION) if fusion else ()
     forward = kernels_of(groups, results) if fusion else node_kernels(results)
@@ -118,7 +126,10 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if fusion:
         kernels = fused_backward(kernels, forward, results)
     index = {res.node.name: i for i, res in enumerate(results)}
-    kernels = shard_kernels(kernels, results, r, index, layout.tp)
+    if plan is not None:
+        kernels = expert_kernels(kernels, results, plan, index)
+    kernels = shard_kernels(kernels, results, r, index, layout.tp,
+                            grown_forward(results, plan) if plan is not None else None)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
@@ -126,7 +137,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
-                         internal)
+                         internal, plan)
     units = _units(segs, s.layers, layers or s.layers)
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
@@ -144,7 +155,26 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
         graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
         collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)),
-        runtime=runtime)
+        runtime=runtime, experts=max((g.experts for g in moe), default=0))
+
+
+def _check_structure(results: Sequence[NodeResult], s: Structure, layout: Layout,
+                     layers: int | None, name: str,
+                     ) -> tuple[tuple[ExpertGroup, ...], ExpertPlan | None]:
+    """The graph's MoE layers and this rank's expert plan; an error where the layout needs
+    a structure the graph does not have."""
+    if (layout.tp > 1 or layout.pp > 1 or layers) and not s.layers:
+        raise TilecastError(f"tensor/pipeline parallelism and layer replication need "
+                            f"transformer layers, but none was recognized in {name}: "
+                            f"{'; '.join(s.warnings)}")
+    if layout.tp > 1:
+        check_divisible(results, s, layout.tp)
+    moe = recognize_experts(results, s)
+    if layout.ep > 1 and not moe:
+        raise TilecastError(f"ep={layout.ep} needs mixture-of-experts layers (MLP blocks fed "
+                            f"by slices of one token buffer, one per expert), but none was "
+                            f"recognized in {name}")
+    return moe, plan_experts(results, moe, layout.ep) if layout.ep > 1 else None
 
 
 def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:

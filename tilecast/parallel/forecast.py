@@ -24,7 +24,7 @@ class CollectiveForecast:
 
     name: str
     op: str  # all-reduce | reduce-scatter | all-gather | send-recv | all-to-all
-    group: str  # tp | dp | pp
+    group: str  # tp | ep | dp | edp (experts' data-parallel ranks) | pp
     phase: str  # forward | backward | update
     bytes: int  # per call and rank
     ranks: int
@@ -113,6 +113,7 @@ class ParallelForecast:
     collectives: tuple[CollectiveForecast, ...]
     warnings: tuple[str, ...] = ()
     runtime: str = "eager"  # how each rank issues its kernels (analyzer.runtime)
+    experts: int = 0  # experts per MoE layer of the graph (0: a dense model)
 
     @property
     def step_ms(self) -> float:
@@ -145,13 +146,15 @@ class ParallelForecast:
             "model": self.model, "cluster": c.name, "device": c.device.name,
             "gpus": self.layout.gpus, "nodes": c.nodes_for(self.layout.gpus),
             "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
+                       "ep": self.layout.ep,
                        "microbatches": self.layout.microbatches, "zero": self.layout.zero,
                        "sequence_parallel": self.layout.sequence_parallel,
                        "recompute": self.layout.recompute,
                        "virtual_stages": self.layout.virtual_stages,
                        "overlap_grad_reduce": self.layout.overlap_grad_reduce},
             "predictor": self.predictor, "runtime": self.runtime, "layers": self.layers,
-            "graph_layers": self.graph_layers, "microbatch": self.microbatch,
+            "graph_layers": self.graph_layers, "experts": self.experts,
+            "microbatch": self.microbatch,
             "global_batch": self.global_batch, "step_ms": _r(self.step_ms),
             "tflops_per_gpu": _r(self.tflops_per_gpu), "fits_memory": self.fits,
             "ranks": [r.to_dict() for r in self.ranks],

@@ -1,4 +1,5 @@
-"""The parallel layout: data, tensor and pipeline degrees and the options that go with them."""
+"""The parallel layout: data, tensor, pipeline and expert degrees and the options that go with
+them."""
 
 from __future__ import annotations
 
@@ -35,14 +36,21 @@ class Layout:
     bucket_mb: float = DDP_BUCKET_MB
     virtual_stages: int = 1  # interleaved 1F1B: model chunks per GPU (Megatron-LM)
     overlap_grad_reduce: bool = True  # False: one reduction after the backward (Megatron-LM)
+    # Expert parallelism (mixture-of-experts layers, parallel/experts.py): the ranks of an
+    # expert-parallel group are data-parallel ranks (Megatron-core carves them out of the
+    # data-parallel group), so ep divides dp and does not add GPUs.
+    ep: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages"):
+        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages", "ep"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TilecastError(f"layout: {name} must be a positive integer, got {value!r}")
         if self.zero not in ZERO_STAGES:
             raise TilecastError(f"layout: zero must be one of 0, 1, 2, 3, got {self.zero!r}")
+        if self.dp % self.ep:
+            raise TilecastError(f"layout: ep={self.ep} must divide dp={self.dp} (the "
+                                f"expert-parallel ranks are data-parallel ranks)")
         if self.virtual_stages > 1 and (self.pp == 1 or self.microbatches % self.pp):
             raise TilecastError("layout: an interleaved pipeline (virtual_stages > 1) needs "
                                 "pp > 1 and microbatches divisible by pp (as Megatron-LM does)")
@@ -58,6 +66,11 @@ class Layout:
     def gpus(self) -> int:
         return self.dp * self.tp * self.pp
 
+    @property
+    def expert_dp(self) -> int:
+        """Ranks holding the same experts, over which expert gradients are reduced."""
+        return self.dp // self.ep
+
     def label(self) -> str:
         extra = "".join((f",zero={self.zero}" if self.zero else "",
                          ",sp" if self.sequence_parallel else "",
@@ -66,17 +79,19 @@ class Layout:
                          f",vp={self.virtual_stages}" if self.virtual_stages > 1 else "",
                          ",no-overlap" if self.dp > 1 and not self.overlap_grad_reduce
                          else ""))
-        return f"dp={self.dp},tp={self.tp},pp={self.pp},mb={self.microbatches}{extra}"
+        ep = f",ep={self.ep}" if self.ep > 1 else ""
+        return f"dp={self.dp},tp={self.tp},pp={self.pp}{ep},mb={self.microbatches}{extra}"
 
 
 def parse_layout(text: str, **options) -> Layout:
-    """``"dp=2,tp=4,pp=1"`` (any order, missing degrees are 1) -> :class:`Layout`."""
+    """``"dp=2,tp=4,pp=1"`` or ``"dp=8,ep=4"`` (any order, missing degrees are 1) ->
+    :class:`Layout`."""
     degrees: dict[str, int] = {}
     for item in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("dp", "tp", "pp") or not value.strip().isdigit():
-            raise TilecastError(f"--parallel {text!r}: expected dp=D,tp=T,pp=P (positive "
-                                f"integers), got {item!r}")
+        if not sep or key not in ("dp", "tp", "pp", "ep") or not value.strip().isdigit():
+            raise TilecastError(f"--parallel {text!r}: expected dp=D,tp=T,pp=P[,ep=E] "
+                                f"(positive integers), got {item!r}")
         degrees[key] = int(value)
     return Layout(**degrees, **options)

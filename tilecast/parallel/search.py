@@ -1,4 +1,4 @@
-"""``--parallel auto``: every (dp, tp, pp, microbatches) for a GPU count and global batch,
+"""``--parallel auto``: every (dp, tp, pp, ep, microbatches) for a GPU count and global batch,
 ranked by step time, keeping the layouts that fit in memory. Unless the recomputation is
 given, each layout takes the least of none, selective and full that fits, as an engineer
 short of memory would."""
@@ -13,10 +13,11 @@ from .forecast import ParallelForecast
 from .layout import RECOMPUTE, Layout
 
 
-def candidate_layouts(gpus: int, global_batch: int, microbatch: int, **options
-                      ) -> list[Layout]:
+def candidate_layouts(gpus: int, global_batch: int, microbatch: int, experts: int = 0,
+                      **options) -> list[Layout]:
     """Layouts with dp * tp * pp == gpus whose microbatch count M = global / (dp * mb) is a
-    whole number (the graph's batch is the microbatch)."""
+    whole number (the graph's batch is the microbatch); for a model with ``experts`` per MoE
+    layer, every expert-parallel degree dividing both dp and the experts."""
     out = []
     for tp in range(1, gpus + 1):
         for pp in range(1, gpus // tp + 1):
@@ -25,8 +26,10 @@ def candidate_layouts(gpus: int, global_batch: int, microbatch: int, **options
             dp = gpus // (tp * pp)
             if global_batch % (dp * microbatch):
                 continue
-            out.append(Layout(dp=dp, tp=tp, pp=pp,
-                              microbatches=global_batch // (dp * microbatch), **options))
+            out.extend(Layout(dp=dp, tp=tp, pp=pp, ep=ep,
+                              microbatches=global_batch // (dp * microbatch), **options)
+                       for ep in range(1, dp + 1)
+                       if dp % ep == 0 and (ep == 1 or (experts and experts % ep == 0)))
     return out
 
 
@@ -44,7 +47,7 @@ def _least_recompute(run: Callable[[Layout], ParallelForecast], layout: Layout
 
 
 def search(run: Callable[[Layout], ParallelForecast], gpus: int, global_batch: int,
-           microbatch: int, *, recompute: str | None = None, **options,
+           microbatch: int, *, recompute: str | None = None, experts: int = 0, **options,
            ) -> list[ParallelForecast]:
     """Forecast every candidate ``run`` accepts (layouts the model cannot take, e.g. tp not
     dividing the heads, are skipped); fitting layouts first, each group by step time.
@@ -52,7 +55,7 @@ def search(run: Callable[[Layout], ParallelForecast], gpus: int, global_batch: i
     if recompute is not None:
         options["recompute"] = recompute
     found = []
-    for layout in candidate_layouts(gpus, global_batch, microbatch, **options):
+    for layout in candidate_layouts(gpus, global_batch, microbatch, experts, **options):
         try:
             found.append(_least_recompute(run, layout) if recompute is None else run(layout))
         except TilecastError:

@@ -11,6 +11,7 @@ import onnx
 from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.training import trainable
+from .experts import ExpertPlan
 from .structure import EPILOGUE, PROLOGUE, Structure
 from .tensor import Roles, segment_of
 
@@ -29,6 +30,8 @@ class Segment:
     bwd_flops: float = 0.0
     param_elems: float = 0.0  # per tensor-parallel rank
     param_bytes: float = 0.0
+    expert_param_elems: float = 0.0  # the part of the above that is experts' (per rank)
+    expert_param_bytes: float = 0.0
     activation_bytes: float = 0.0  # saved for the backward, per microbatch
     # The attention cores' share (selective recomputation drops these activations and runs
     # these forward kernels again in the backward)
@@ -38,6 +41,8 @@ class Segment:
     hidden_bytes: float = 0.0  # the hidden state between layers (p2p, recomputation)
     tp_fwd: list[tuple[str, float]] = field(default_factory=list)  # (op, bytes) per call
     tp_bwd: list[tuple[str, float]] = field(default_factory=list)
+    ep_fwd: list[tuple[str, float]] = field(default_factory=list)  # MoE token exchange
+    ep_bwd: list[tuple[str, float]] = field(default_factory=list)
 
     def copy(self) -> Segment:
         out = Segment()
@@ -49,13 +54,13 @@ class Segment:
         for name in SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.hidden_bytes = max(self.hidden_bytes, other.hidden_bytes)
-        self.tp_fwd.extend(other.tp_fwd)
-        self.tp_bwd.extend(other.tp_bwd)
+        for name in ("tp_fwd", "tp_bwd", "ep_fwd", "ep_bwd"):
+            getattr(self, name).extend(getattr(other, name))
 
 
 SUMMED = ("fwd_ms", "bwd_ms", "update_ms", "update_bytes", "fwd_flops", "bwd_flops",
-          "param_elems", "param_bytes", "activation_bytes", "core_fwd_ms", "core_fwd_flops",
-          "core_activation_bytes")
+          "param_elems", "param_bytes", "expert_param_elems", "expert_param_bytes",
+          "activation_bytes", "core_fwd_ms", "core_fwd_flops", "core_activation_bytes")
 
 
 def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
@@ -105,18 +110,24 @@ def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
 
 
 def _add_params(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
-                tp: int, keys: Mapping[str, str]) -> None:
+                tp: int, keys: Mapping[str, str], plan: ExpertPlan | None) -> None:
     _, params = trainable(results)
+    remote = plan.remote_tensors if plan is not None else frozenset()
+    experts = plan.expert_weights if plan is not None else frozenset()
     seen: set[str] = set()
     for i, res in enumerate(results):
         for t in res.node.inputs:
-            if t is None or t.name not in params or keys.get(t.name, t.name) in seen:
+            if t is None or t.name not in params or keys.get(t.name, t.name) in seen \
+                    or t.name in remote:
                 continue
             seen.add(keys.get(t.name, t.name))
             div = tp if t.name in r.split_tensors else 1
             seg = segs[s.segment(i)]
             seg.param_elems += t.numel / div
             seg.param_bytes += t.nbytes / div
+            if t.name in experts:
+                seg.expert_param_elems += t.numel / div
+                seg.expert_param_bytes += t.nbytes / div
 
 
 def _saves_input(res: NodeResult, name: str) -> bool:
@@ -135,7 +146,7 @@ def _saves_input(res: NodeResult, name: str) -> bool:
 
 
 def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure, r: Roles,
-                     tp: int, internal: frozenset[int]) -> None:
+                     tp: int, internal: frozenset[int], plan: ExpertPlan | None) -> None:
     """Tensors saved for the backward, per microbatch (views followed to their source); none
     from the ``internal`` nodes of a fused group (megatron.fused_internal)."""
     consumers: dict[str, list[int]] = defaultdict(list)
@@ -157,12 +168,15 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
     core = {i for b in s.blocks for i in b.core if i != b.core_out}  # selective drops these
     for i, res in enumerate(results):
         node = res.node
-        if (res.outcome != "costed" and node.op_type != "Dropout") or i in internal:
+        if (res.outcome != "costed" and node.op_type != "Dropout") or i in internal \
+                or (plan is not None and i in plan.remote):
             continue
         t = node.outputs[0]
         if t.shape is None or not t.dtype.startswith(FLOAT):
             continue
         div = tp if (i in r.split or i in r.column) else 1
+        if plan is not None and i in plan.local:  # an expert on ep times the rows
+            div /= plan.ep
         nbytes = 0.0
         if node.op_type == "Dropout":
             nbytes += t.numel / div  # the one-byte mask
@@ -175,14 +189,20 @@ def _add_activations(segs: Mapping, results: Sequence[NodeResult], s: Structure,
 
 
 def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structure,
-                        sequence_parallel: bool) -> None:
+                        sequence_parallel: bool, plan: ExpertPlan | None) -> None:
     pair = (("reduce-scatter", 1.0), ("all-gather", 1.0)) if sequence_parallel else \
         (("all-reduce", 1.0),)
     for b in s.blocks:
+        grow = 1
+        if plan is not None and b.row in plan.remote:
+            continue  # another rank's expert
+        if plan is not None and b.row in plan.local:
+            grow = plan.ep
         seg = segs[s.segment(b.row)]
-        out = results[b.row].node.outputs[0].nbytes
-        inp = next((t.nbytes for t in results[b.column[0]].node.inputs
-                    if t is not None and not t.is_initializer and t.shape is not None), 0)
+        out = results[b.row].node.outputs[0].nbytes * grow
+        inp = grow * next((t.nbytes for t in results[b.column[0]].node.inputs
+                           if t is not None and not t.is_initializer and t.shape is not None),
+                          0)
         seg.hidden_bytes = max(seg.hidden_bytes, out)
         seg.tp_fwd.extend((op, out) for op, _ in pair)
         seg.tp_bwd.extend((op, inp) for op, _ in pair)
@@ -193,10 +213,19 @@ def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structu
         segs[s.segment(s.lm_head)].tp_bwd.append(("all-reduce", x.nbytes))
 
 
+def _add_expert_exchange(segs: Mapping, s: Structure, plan: ExpertPlan) -> None:
+    """Dispatch and combine all-to-alls of every MoE layer, forward and backward."""
+    for g in plan.groups:
+        seg = segs[s.segment(min(g.rows))]
+        calls = [("all-to-all", g.dispatch_bytes), ("all-to-all", g.combine_bytes)]
+        seg.ep_fwd.extend(calls)
+        seg.ep_bwd.extend(calls)
+
+
 def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecast],
                   s: Structure, r: Roles, tp: int, proto: onnx.ModelProto,
                   sequence_parallel: bool, internal: frozenset[int] = frozenset(),
-                  ) -> dict[int | str, Segment]:
+                  plan: ExpertPlan | None = None) -> dict[int | str, Segment]:
     segs: dict[int | str, Segment] = defaultdict(Segment)
     index = {res.node.name: i for i, res in enumerate(results)}
     owner: dict[str, int] = {}
@@ -206,10 +235,12 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
                 owner.setdefault(t.name, i)
     keys = shared_weights(proto)
     _add_kernels(segs, kernels, s, index, owner, _aliases(results, keys))
-    _add_params(segs, results, s, r, tp, keys)
-    _add_activations(segs, results, s, r, tp, internal)
+    _add_params(segs, results, s, r, tp, keys, plan)
+    _add_activations(segs, results, s, r, tp, internal, plan)
+    if plan is not None and plan.ep > 1:
+        _add_expert_exchange(segs, s, plan)
     if tp > 1:
-        _add_tp_collectives(segs, results, s, sequence_parallel)
+        _add_tp_collectives(segs, results, s, sequence_parallel, plan)
     else:
         for b in s.blocks:
             seg = segs[s.segment(b.row)]

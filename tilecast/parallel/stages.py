@@ -29,25 +29,46 @@ def _stage(units: Sequence[Segment]) -> Segment:
     return out
 
 
-def _tp_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
-                    ) -> list[CollectiveForecast]:
-    span = group_span(layout.tp, 1, cl.gpus_per_node)
+def _sync_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
+                      ) -> list[CollectiveForecast]:
+    """The collectives inside a microbatch's forward and backward, which the next kernel
+    waits for: tensor-parallel all-reduces (or reduce-scatter / all-gather) and the MoE
+    layers' all-to-alls. Expert-parallel ranks are data-parallel ranks, tp apart."""
     out = []
-    for phase, calls in (("forward", seg.tp_fwd), ("backward", seg.tp_bwd)):
-        for (op, nbytes), n in sorted(Counter(calls).items()):
-            c = collective_cost(op, nbytes, span, cl)
-            out.append(CollectiveForecast(f"tp.{phase}.{op}.{int(nbytes)}", op, "tp", phase,
-                                          int(nbytes), layout.tp, n * layout.microbatches,
-                                          c.latency_ms, c.algorithm, c.link, True, stage))
+    for group, ranks, span, fwd, bwd in (
+            ("tp", layout.tp, group_span(layout.tp, 1, cl.gpus_per_node), seg.tp_fwd,
+             seg.tp_bwd),
+            ("ep", layout.ep, group_span(layout.ep, layout.tp, cl.gpus_per_node), seg.ep_fwd,
+             seg.ep_bwd)):
+        for phase, calls in (("forward", fwd), ("backward", bwd)):
+            for (op, nbytes), n in sorted(Counter(calls).items()):
+                c = collective_cost(op, nbytes, span, cl)
+                out.append(CollectiveForecast(f"{group}.{phase}.{op}.{int(nbytes)}", op, group,
+                                              phase, int(nbytes), ranks,
+                                              n * layout.microbatches, c.latency_ms,
+                                              c.algorithm, c.link, True, stage))
     return out
+
+
+def _expert_share(seg: Segment) -> float:
+    """The experts' share of a stage's parameters (reduced and sharded over dp / ep)."""
+    return seg.expert_param_bytes / seg.param_bytes if seg.param_bytes else 0.0
 
 
 def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
             optimizer: str, layers: int) -> Memory:
-    dp, z = layout.dp, layout.zero
-    weights = seg.param_bytes / (dp if z >= 3 else 1)
-    grads = seg.param_bytes / (dp if z >= 2 else 1)
-    opt = seg.param_elems * OPTIMIZER_BYTES[(optimizer, mixed)] / (dp if z >= 1 else 1)
+    z = layout.zero
+
+    def sharded(total: float, expert: float, from_stage: int) -> float:
+        """Dense parameters sharded over dp, experts over dp / ep, from ZeRO ``from_stage``."""
+        if z < from_stage:
+            return total
+        return (total - expert) / layout.dp + expert / layout.expert_dp
+
+    weights = sharded(seg.param_bytes, seg.expert_param_bytes, 3)
+    grads = sharded(seg.param_bytes, seg.expert_param_bytes, 2)
+    opt = sharded(seg.param_elems, seg.expert_param_elems, 1) \
+        * OPTIMIZER_BYTES[(optimizer, mixed)]
     in_flight = min(layout.microbatches, layout.pp - stage)  # 1F1B (Narayanan et al. 2021)
     if layout.recompute == "full":  # layer inputs kept, one layer's activations rebuilt
         per_mb = seg.hidden_bytes * layers + seg.activation_bytes / max(layers, 1)
@@ -77,29 +98,43 @@ def _grad_reduction_end(seg: Segment, bwd_ms: float, layers: Sequence[Segment],
 
 def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, cl: Cluster,
         stage: int) -> tuple[float, list[CollectiveForecast]]:
-    """Exposed data-parallel time after the last backward and its collectives."""
+    """Exposed data-parallel time after the last backward and its collectives. Dense
+    gradients are reduced over the dp ranks; experts' over the dp / ep ranks that hold the
+    same experts (group ``edp``), one after the other in each bucket."""
     if layout.dp == 1:
         return 0.0, []
-    span = group_span(layout.dp, layout.tp, cl.gpus_per_node)
+    share = _expert_share(seg)
+    groups = [("dp", layout.dp, group_span(layout.dp, layout.tp, cl.gpus_per_node),
+               1.0 - share),
+              ("edp", layout.expert_dp,
+               group_span(layout.expert_dp, layout.tp * layout.ep, cl.gpus_per_node), share)]
+    groups = [g for g in groups if g[3] > 0 and g[1] > 1]
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
-    end, buckets = _grad_reduction_end(seg, bwd_ms, layers, layout,
-                                       lambda b: collective_cost(op, b, span, cl).latency_ms)
-    bucket = seg.param_bytes / max(buckets, 1)
-    c = collective_cost(op, bucket, span, cl)
-    colls = [CollectiveForecast(f"dp.grad.{op}", op, "dp", "backward", int(bucket), layout.dp,
-                                buckets, c.latency_ms, c.algorithm, c.link,
-                                not layout.overlap_grad_reduce, stage)]
+
+    def cost(o: str, nbytes: float) -> float:
+        return sum(collective_cost(o, nbytes * part, span, cl).latency_ms
+                   for _, _, span, part in groups)
+
+    end, buckets = _grad_reduction_end(seg, bwd_ms, layers, layout, lambda b: cost(op, b))
+    colls = []
+    for group, ranks, span, part in groups:
+        bucket = seg.param_bytes * part / max(buckets, 1)
+        c = collective_cost(op, bucket, span, cl)
+        colls.append(CollectiveForecast(f"{group}.grad.{op}", op, group, "backward",
+                                        int(bucket), ranks, buckets, c.latency_ms,
+                                        c.algorithm, c.link, not layout.overlap_grad_reduce,
+                                        stage))
     exposed = max(0.0, end - bwd_ms)
     if layout.zero >= 1:  # the updated shards are gathered back
-        ag = collective_cost("all-gather", seg.param_bytes, span, cl)
-        colls.append(CollectiveForecast("dp.param.all-gather", "all-gather", "dp", "update",
-                                        int(seg.param_bytes), layout.dp, 1, ag.latency_ms,
-                                        ag.algorithm, ag.link, True, stage))
-        exposed += ag.latency_ms
+        for group, ranks, span, part in groups:
+            ag = collective_cost("all-gather", seg.param_bytes * part, span, cl)
+            colls.append(CollectiveForecast(f"{group}.param.all-gather", "all-gather", group,
+                                            "update", int(seg.param_bytes * part), ranks, 1,
+                                            ag.latency_ms, ag.algorithm, ag.link, True, stage))
+            exposed += ag.latency_ms
     if layout.zero >= 3:  # FSDP gathers each layer's weights again in forward and backward
-        ag = collective_cost("all-gather", seg.param_bytes, span, cl).latency_ms
         fwd = seg.fwd_ms * layout.microbatches
-        exposed += max(0.0, ag * layout.microbatches - fwd)
+        exposed += max(0.0, cost("all-gather", seg.param_bytes) * layout.microbatches - fwd)
     return exposed, colls
 
 
@@ -115,10 +150,10 @@ def _recomputed(seg: Segment, layout: Layout) -> tuple[float, float]:
 def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
                 ) -> tuple[float, float, float, list[CollectiveForecast]]:
     """(forward ms, backward ms, per-step communication ms, collectives) of one microbatch
-    on stage ``i``: tensor-parallel collectives are synchronous, so they add to the
-    compute; the stage sends activations forward and gradients back."""
+    on stage ``i``: tensor-parallel collectives and MoE all-to-alls are synchronous, so
+    they add to the compute; the stage sends activations forward and gradients back."""
     M = layout.microbatches
-    colls = _tp_collectives(seg, layout, cl, i)
+    colls = _sync_collectives(seg, layout, cl, i)
     tp_f = sum(c.total_ms for c in colls if c.phase == "forward")
     tp_b = sum(c.total_ms for c in colls if c.phase == "backward")
     if layout.recompute == "full":  # the forward runs again, its all-reduces too
@@ -154,7 +189,10 @@ def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_
         collectives.extend(colls)
         dp_exposed, dp_colls = _dp(seg, bwd, units[a:b], layout, cl, i)
         collectives.extend(dp_colls)
-        update = seg.update_ms / (layout.dp if layout.zero >= 1 else 1)
+        update = seg.update_ms
+        if layout.zero >= 1:  # each rank updates its shard: dense 1 / dp, experts 1 / (dp/ep)
+            share = _expert_share(seg)
+            update *= (1.0 - share) / layout.dp + share / layout.expert_dp
         if clip_ms_per_byte is not None:
             update += clip_ms_per_byte * seg.param_bytes
         flops = (seg.fwd_flops + seg.bwd_flops + _recomputed(seg, layout)[1]) \

@@ -73,7 +73,7 @@ class Structure:
         return layer
 
 
-class _Walker:
+class Walker:
     def __init__(self, results: Sequence[NodeResult]) -> None:
         self.results = results
         self.producer: dict[str, int] = {}
@@ -174,7 +174,7 @@ class _Walker:
         return frozenset(fwd & back)
 
 
-def _attention(w: _Walker, core: int) -> Block | None:
+def _attention(w: Walker, core: int) -> Block | None:
     """The attention block around a Softmax or fused attention node ``core``, or None."""
     node = w.results[core].node
     if w.family(core) == "attention":
@@ -208,7 +208,7 @@ def _attention(w: _Walker, core: int) -> Block | None:
                  nodes, out_from)
 
 
-def _mlp(w: _Walker, row: int, used: set[int]) -> Block | None:
+def _mlp(w: Walker, row: int, used: set[int]) -> Block | None:
     node = w.results[row].node
     weight = w.weight(row)
     acts = [t for t in node.inputs[:2] if t is not None and t is not weight
@@ -236,7 +236,7 @@ def _layer_starts(blocks: Sequence[Block]) -> tuple[int, ...]:
     return tuple(starts)
 
 
-def _vocab(w: _Walker, blocks: Sequence[Block], used: set[int]
+def _vocab(w: Walker, blocks: Sequence[Block], used: set[int]
            ) -> tuple[int | None, tuple[int, ...]]:
     tables: dict[int, list[int]] = defaultdict(list)
     for i, r in enumerate(w.results):
@@ -257,7 +257,7 @@ def _vocab(w: _Walker, blocks: Sequence[Block], used: set[int]
 
 def recognize(results: Sequence[NodeResult]) -> Structure:
     """Find the attention and MLP blocks, layers, LM head and word embedding of a graph."""
-    w = _Walker(results)
+    w = Walker(results)
     blocks: list[Block] = []
     for i in range(len(results)):
         if w.family(i) in ("softmax", "attention"):

@@ -77,11 +77,21 @@ def _bytes(d: MatmulDims) -> int:
     return d.b * (d.m * d.k + d.k * d.n + d.m * d.n)
 
 
-def _split_matmul(c: OpCost, d: MatmulDims, tp: int) -> OpCost:
+def rescale_matmul(c: OpCost, d: MatmulDims) -> OpCost:
+    """``c`` on new dims ``d``: FLOPs with the product's volume, bytes with its operands."""
     old = c.matmul
     return replace(c, matmul=d, flops=c.flops * _volume(d) // max(_volume(old), 1),
                    bytes=c.bytes * _bytes(d) // max(_bytes(old), 1),
                    elements=d.b * d.m * d.n)
+
+
+def matmul_role(d: MatmulDims, fwd: MatmulDims) -> str:
+    """Which product of a linear with forward dims ``fwd`` a kernel is: ``forward``, the
+    input gradient ``dA`` = (b, m, k, n) or the weight gradient ``dB`` = (b, k, n, m)
+    (training.py)."""
+    if (d.m, d.n, d.k) == (fwd.m, fwd.n, fwd.k):
+        return "forward"
+    return "dA" if (d.m, d.n, d.k) == (fwd.m, fwd.k, fwd.n) else "dB"
 
 
 def _divided(c: OpCost, tp: int) -> OpCost:
@@ -100,21 +110,22 @@ def _linear(k: Kernel, fwd: MatmulDims, column: bool, tp: int) -> OpCost:
     c, d = k.cost, k.cost.matmul
     if d is None:  # the bias gradient of a column-parallel linear
         return _divided(c, tp) if column else c
-    if (d.m, d.n, d.k) == (fwd.m, fwd.n, fwd.k):  # forward
+    role = matmul_role(d, fwd)
+    if role == "forward":
         new = replace(d, n=d.n // tp) if column else replace(d, k=d.k // tp)
-    elif (d.m, d.n, d.k) == (fwd.m, fwd.k, fwd.n):  # dA
+    elif role == "dA":
         new = replace(d, k=d.k // tp) if column else replace(d, n=d.n // tp)
-    else:  # dB
+    else:
         new = replace(d, n=d.n // tp) if column else replace(d, m=d.m // tp)
-    return _split_matmul(c, new, tp)
+    return rescale_matmul(c, new)
 
 
 def _rank_cost(k: Kernel, i: int | None, results: Sequence[NodeResult], r: Roles,
-               tp: int) -> OpCost:
+               tp: int, forward: Mapping[int, MatmulDims]) -> OpCost:
     if i is None:  # a gradient sum or an optimizer update of a tensor: split if it is
         return _divided(k.cost, tp) if k.name.rsplit(".", 1)[0] in r.split_tensors else k.cost
     if i in r.column or i in r.row:
-        fwd = results[i].cost.matmul
+        fwd = forward.get(i) or results[i].cost.matmul
         if fwd is not None and (k.family == "matmul" or k.cost.matmul is None):
             return _linear(k, fwd, i in r.column, tp)
         return k.cost
@@ -122,12 +133,14 @@ def _rank_cost(k: Kernel, i: int | None, results: Sequence[NodeResult], r: Roles
 
 
 def shard_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], r: Roles,
-                  index: Mapping[str, int], tp: int) -> list[Kernel]:
-    """The kernels one tensor-parallel rank runs."""
+                  index: Mapping[str, int], tp: int,
+                  forward: Mapping[int, MatmulDims] | None = None) -> list[Kernel]:
+    """The kernels one tensor-parallel rank runs. ``forward`` overrides a linear's forward
+    dims where an earlier step changed them (expert parallelism's longer expert rows)."""
     if tp == 1:
         return list(kernels)
     return [replace(k, cost=_rank_cost(k, index.get(k.nodes[0]) if k.nodes else None,
-                                       results, r, tp)) for k in kernels]
+                                       results, r, tp, forward or {})) for k in kernels]
 
 
 def segment_of(k: Kernel, s: Structure, index: Mapping[str, int],
@@ -140,4 +153,5 @@ def segment_of(k: Kernel, s: Structure, index: Mapping[str, int],
     return s.segment(i) if i is not None else PROLOGUE
 
 
-__all__ = ["Roles", "roles", "shard_kernels", "segment_of", "check_divisible", "EPILOGUE"]
+__all__ = ["Roles", "roles", "shard_kernels", "segment_of", "check_divisible", "matmul_role",
+           "rescale_matmul", "EPILOGUE"]
