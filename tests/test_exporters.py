@@ -36,6 +36,11 @@ SWITCH = {"model_type": "switch_transformers", "d_model": 32, "d_ff": 64, "d_kv"
           "num_heads": 4, "num_layers": 1, "num_decoder_layers": 1, "num_experts": 4,
           "num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1, "expert_capacity": 6,
           "vocab_size": 128, "architectures": ["SwitchTransformersForConditionalGeneration"]}
+# Top-k experts as transformers' 3-D expert collections (Mixtral): 4 experts, 2 per token.
+MIXTRAL = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
+           "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 96,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
+           "num_experts_per_tok": 2, "vocab_size": 256, "max_position_embeddings": 64}
 NEUSIGHT = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13", "switchxl4")
 
 
@@ -167,6 +172,28 @@ def test_switch_moe_layers_are_recognized_for_expert_parallelism(exports):
     assert {g.dispatch_bytes for g in groups} == {4 * B * 6 * SWITCH["d_model"] * 4}
     f = analyze_parallel(proto, Layout(dp=4, ep=4), cluster="dgx-a100", predictor="roofline")
     assert sum(c.count for c in f.collectives if c.op == "all-to-all") == 2 * 2 * 2
+
+
+def test_topk_experts_get_static_capacity_and_a_weight_each(exports):
+    from tilecast.parallel.api import _graph
+    from tilecast.parallel.experts import recognize_experts
+    from tilecast.parallel.structure import recognize
+
+    proto = exports("mixtral", MIXTRAL)
+    assert {"NonZero", "Loop", "If"}.isdisjoint(ops(proto))
+    weights = [i for i in proto.graph.initializer if ".experts." in i.name]
+    # gate_up (2 x 96, 64) and down (64, 96) per expert, each its own 2-D parameter
+    assert sorted(tuple(w.dims) for w in weights) == [(64, 96)] * 4 + [(192, 64)] * 4
+    _, _, results = _graph(proto, None)
+    (group,) = recognize_experts(results, recognize(results))
+    # capacity = ceil(tokens x top_k / experts) = 2 x 16 x 2 / 4 = 16 slots per expert
+    assert group.experts == 4
+    assert group.dispatch_bytes == 4 * 16 * MIXTRAL["hidden_size"] * 4
+    expert_flops = sum(r.cost.flops for r in results if r.cost is not None
+                       and r.cost.family == "matmul" and any(
+                           t is not None and ".experts." in t.name for t in r.node.inputs))
+    # every token's two choices through 64 -> 192 and 96 -> 64: 2 FLOPs per multiply-add
+    assert expert_flops == 2 * (B * S * 2) * (64 * 192 + 96 * 64)
 
 
 def test_from_torch_meta_module_with_dynamic_batch(tmp_path):
