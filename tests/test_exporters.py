@@ -194,6 +194,11 @@ def test_topk_experts_get_static_capacity_and_a_weight_each(exports):
                            t is not None and ".experts." in t.name for t in r.node.inputs))
     # every token's two choices through 64 -> 192 and 96 -> 64: 2 FLOPs per multiply-add
     assert expert_flops == 2 * (B * S * 2) * (64 * 192 + 96 * 64)
+    # context parallelism passes K and V as projected, 2 KV heads of 16, not repeated to 4
+    from tilecast.parallel.context import ring_exchanges
+
+    (ring,) = ring_exchanges(results, recognize(results), 2)
+    assert ring.kv_bytes == 2 * B * S * (2 * 16) * 4
 
 
 def test_from_torch_meta_module_with_dynamic_batch(tmp_path):

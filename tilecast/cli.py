@@ -69,6 +69,7 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
       tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
       tilecast analyze switch.onnx --mode training --parallel dp=8,ep=4 --cluster dgx-h100
+      tilecast analyze llama.onnx --mode training --parallel dp=2,tp=2,cp=2 --cluster dgx-h100
       tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
     """
     if parallel["parallel"]:

@@ -116,9 +116,10 @@ def model_options(fn: Callable) -> Callable:
 
 def parallel_options(fn: Callable) -> Callable:
     for opt in reversed((
-        click.option("--parallel", help="dp=D,tp=T,pp=P[,ep=E] (training on a cluster; ep: "
-                     "experts of MoE layers spread over E data-parallel ranks), or auto to "
-                     "rank every layout of --gpus GPUs."),
+        click.option("--parallel", help="dp=D,tp=T,pp=P[,cp=C][,ep=E] (training on a "
+                     "cluster; cp: the sequence split over C ranks; ep: experts of MoE layers "
+                     "spread over E data-parallel ranks), or auto to rank every layout of "
+                     "--gpus GPUs."),
         click.option("--microbatches", type=click.IntRange(min=1), default=1,
                      show_default=True, help="Microbatches per step and data-parallel rank "
                      "(the graph's batch is one); auto derives it from --global-batch."),

@@ -1,5 +1,5 @@
-"""Distributed training forecasts: data, tensor, pipeline and expert parallelism with
-collectives."""
+"""Distributed training forecasts: data, tensor, pipeline, context and expert parallelism
+with collectives."""
 
 from __future__ import annotations
 

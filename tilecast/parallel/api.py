@@ -20,6 +20,7 @@ from ..analyzer.types import Kernel, OpCost
 from ..device_db import Device, load_device
 from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
+from .context import context_kernels, ring_exchanges, sequence_length, shrunk_forward
 from .experts import (
     ExpertGroup,
     ExpertPlan,
@@ -126,18 +127,16 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if fusion:
         kernels = fused_backward(kernels, forward, results)
     index = {res.node.name: i for i, res in enumerate(results)}
-    if plan is not None:
-        kernels = expert_kernels(kernels, results, plan, index)
-    kernels = shard_kernels(kernels, results, r, index, layout.tp,
-                            grown_forward(results, plan) if plan is not None else None)
+    kernels = _rank_kernels(kernels, results, index, layout, plan, r)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))
+    rings = ring_exchanges(results, s, layout.cp) if layout.cp > 1 else ()
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
-                         internal, plan)
+                         internal, plan, layout.cp, rings)
     units = _units(segs, s.layers, layers or s.layers)
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
@@ -155,7 +154,24 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
         graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
         collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)),
-        runtime=runtime, experts=max((g.experts for g in moe), default=0))
+        runtime=runtime, experts=max((g.experts for g in moe), default=0),
+        sequence=min((sequence_length(results, b) for b in s.blocks
+                      if b.kind == "attention" and b.core), default=0))
+
+
+def _rank_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
+                  index: Mapping[str, int], layout: Layout, plan: ExpertPlan | None,
+                  r) -> list[Kernel]:
+    """The kernels one rank runs: its experts on ep x the rows, then 1/cp of the sequence,
+    then its tensor-parallel shard (each step reads the forward dims the previous left)."""
+    forward: dict = {}
+    if plan is not None:
+        kernels = expert_kernels(kernels, results, plan, index)
+        forward = grown_forward(results, plan)
+    if layout.cp > 1:
+        kernels = context_kernels(kernels, results, index, layout.cp, forward)
+        forward = shrunk_forward(results, layout.cp, forward)
+    return shard_kernels(kernels, results, r, index, layout.tp, forward)
 
 
 def _check_structure(results: Sequence[NodeResult], s: Structure, layout: Layout,

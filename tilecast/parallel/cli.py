@@ -43,7 +43,8 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
         probe = run(Layout())
         batch = global_batch or gpus * probe.microbatch
         return render_ranking(search(run, gpus, batch, probe.microbatch, recompute=recompute,
-                                     experts=probe.experts, **options), fmt)
+                                     experts=probe.experts, sequence=probe.sequence,
+                                     **options), fmt)
     layout = parse_layout(parallel, microbatches=microbatches, virtual_stages=virtual_stages,
                           recompute=recompute or "none", **options)
     return render_parallel(run(layout), fmt)

@@ -25,10 +25,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims
+from ..analyzer.types import Kernel, MatmulDims
 from ..errors import TilecastError
+from .rows import scale_rows, scaled_forward
 from .structure import Block, Structure, Walker
-from .tensor import matmul_role, rescale_matmul
 
 
 @dataclass(frozen=True)
@@ -145,30 +145,16 @@ def plan_experts(results: Sequence[NodeResult], groups: Sequence[ExpertGroup], e
                       tensors(local, False), tensors(remote, False), tensors(local, True))
 
 
-def grown_forward(results: Sequence[NodeResult], plan: ExpertPlan) -> dict[int, MatmulDims]:
-    """The forward dims of the local experts' linears: ep times the rows."""
-    out = {}
+def grown_forward(results: Sequence[NodeResult], plan: ExpertPlan,
+                  base: Mapping[int, MatmulDims] | None = None) -> dict[int, MatmulDims]:
+    """The forward dims of the local experts' linears: ep times the rows (of ``base``'s dims
+    where given)."""
+    out = dict(base or {})
     for i in plan.local:
-        mm = results[i].cost.matmul if results[i].cost is not None else None
+        mm = out.get(i) or (results[i].cost.matmul if results[i].cost is not None else None)
         if mm is not None:
-            out[i] = replace(mm, m=mm.m * plan.ep)
+            out[i] = scaled_forward(mm, plan.ep, 1)
     return out
-
-
-def _grown(c: OpCost, fwd: MatmulDims | None, ep: int) -> OpCost:
-    """One kernel of a local expert on ep times the rows (a linear's weight gradient sums
-    over the rows instead; a bias gradient reduces ep times longer columns)."""
-    d = c.matmul
-    if d is not None and fwd is not None:
-        role = matmul_role(d, fwd)
-        return rescale_matmul(c, replace(d, k=d.k * ep) if role == "dB"
-                              else replace(d, m=d.m * ep))
-    rows = c.rows
-    if rows is not None:
-        rows = (RowDims(rows.rows, rows.cols * ep) if fwd is not None
-                else RowDims(rows.rows * ep, rows.cols))
-    return replace(c, flops=c.flops * ep, bytes=c.bytes * ep, elements=c.elements * ep,
-                   rows=rows, matmul=None if d is None else replace(d, m=d.m * ep))
 
 
 def expert_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
@@ -182,12 +168,12 @@ def expert_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
             if tensor in plan.remote_tensors:
                 continue
             if tensor in plan.local_tensors and tensor not in plan.expert_weights:
-                k = replace(k, cost=_grown(k.cost, None, plan.ep))
+                k = replace(k, cost=scale_rows(k.cost, None, plan.ep, 1))
         elif i in plan.remote:
             continue
         elif i in plan.local:
             fwd = results[i].cost.matmul if results[i].cost is not None else None
-            k = replace(k, cost=_grown(k.cost, fwd, plan.ep))
+            k = replace(k, cost=scale_rows(k.cost, fwd, plan.ep, 1))
         out.append(k)
     return out
 

@@ -24,7 +24,7 @@ class CollectiveForecast:
 
     name: str
     op: str  # all-reduce | reduce-scatter | all-gather | send-recv | all-to-all
-    group: str  # tp | ep | dp | edp (experts' data-parallel ranks) | pp
+    group: str  # tp | cp | ep | dp | edp (experts' data-parallel ranks) | pp
     phase: str  # forward | backward | update
     bytes: int  # per call and rank
     ranks: int
@@ -114,6 +114,7 @@ class ParallelForecast:
     warnings: tuple[str, ...] = ()
     runtime: str = "eager"  # how each rank issues its kernels (analyzer.runtime)
     experts: int = 0  # experts per MoE layer of the graph (0: a dense model)
+    sequence: int = 0  # the attention's query length (0: no attention recognized)
 
     @property
     def step_ms(self) -> float:
@@ -146,7 +147,7 @@ class ParallelForecast:
             "model": self.model, "cluster": c.name, "device": c.device.name,
             "gpus": self.layout.gpus, "nodes": c.nodes_for(self.layout.gpus),
             "layout": {"dp": self.layout.dp, "tp": self.layout.tp, "pp": self.layout.pp,
-                       "ep": self.layout.ep,
+                       "cp": self.layout.cp, "ep": self.layout.ep,
                        "microbatches": self.layout.microbatches, "zero": self.layout.zero,
                        "sequence_parallel": self.layout.sequence_parallel,
                        "recompute": self.layout.recompute,
@@ -154,6 +155,7 @@ class ParallelForecast:
                        "overlap_grad_reduce": self.layout.overlap_grad_reduce},
             "predictor": self.predictor, "runtime": self.runtime, "layers": self.layers,
             "graph_layers": self.graph_layers, "experts": self.experts,
+            "sequence": self.sequence,
             "microbatch": self.microbatch,
             "global_batch": self.global_batch, "step_ms": _r(self.step_ms),
             "tflops_per_gpu": _r(self.tflops_per_gpu), "fits_memory": self.fits,

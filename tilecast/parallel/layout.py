@@ -1,5 +1,5 @@
-"""The parallel layout: data, tensor, pipeline and expert degrees and the options that go with
-them."""
+"""The parallel layout: data, tensor, pipeline, context and expert degrees and the options that
+go with them."""
 
 from __future__ import annotations
 
@@ -40,9 +40,12 @@ class Layout:
     # expert-parallel group are data-parallel ranks (Megatron-core carves them out of the
     # data-parallel group), so ep divides dp and does not add GPUs.
     ep: int = 1
+    # Context parallelism (parallel/context.py): the sequence split over cp ranks, which sit
+    # between the tensor- and data-parallel ranks in Megatron-core's order (tp, cp, dp, pp).
+    cp: int = 1
 
     def __post_init__(self) -> None:
-        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages", "ep"):
+        for name in ("dp", "tp", "pp", "microbatches", "virtual_stages", "ep", "cp"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise TilecastError(f"layout: {name} must be a positive integer, got {value!r}")
@@ -64,12 +67,18 @@ class Layout:
 
     @property
     def gpus(self) -> int:
-        return self.dp * self.tp * self.pp
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def replicas(self) -> int:
+        """Ranks holding the same weights (data- and context-parallel), over which gradients
+        are reduced and ZeRO shards."""
+        return self.dp * self.cp
 
     @property
     def expert_dp(self) -> int:
         """Ranks holding the same experts, over which expert gradients are reduced."""
-        return self.dp // self.ep
+        return self.replicas // self.ep
 
     def label(self) -> str:
         extra = "".join((f",zero={self.zero}" if self.zero else "",
@@ -79,19 +88,21 @@ class Layout:
                          f",vp={self.virtual_stages}" if self.virtual_stages > 1 else "",
                          ",no-overlap" if self.dp > 1 and not self.overlap_grad_reduce
                          else ""))
-        ep = f",ep={self.ep}" if self.ep > 1 else ""
-        return f"dp={self.dp},tp={self.tp},pp={self.pp}{ep},mb={self.microbatches}{extra}"
+        more = (f",cp={self.cp}" if self.cp > 1 else "") + (f",ep={self.ep}" if self.ep > 1
+                                                            else "")
+        return f"dp={self.dp},tp={self.tp},pp={self.pp}{more},mb={self.microbatches}{extra}"
 
 
 def parse_layout(text: str, **options) -> Layout:
-    """``"dp=2,tp=4,pp=1"`` or ``"dp=8,ep=4"`` (any order, missing degrees are 1) ->
-    :class:`Layout`."""
+    """``"dp=2,tp=4,pp=1"``, ``"dp=8,ep=4"`` or ``"dp=2,cp=4"`` (any order, missing degrees
+    are 1) -> :class:`Layout`."""
     degrees: dict[str, int] = {}
     for item in (p.strip() for p in text.split(",") if p.strip()):
         key, sep, value = item.partition("=")
         key = key.strip().lower()
-        if not sep or key not in ("dp", "tp", "pp", "ep") or not value.strip().isdigit():
-            raise TilecastError(f"--parallel {text!r}: expected dp=D,tp=T,pp=P[,ep=E] "
+        if not sep or key not in ("dp", "tp", "pp", "cp", "ep") \
+                or not value.strip().isdigit():
+            raise TilecastError(f"--parallel {text!r}: expected dp=D,tp=T,pp=P[,cp=C][,ep=E] "
                                 f"(positive integers), got {item!r}")
         degrees[key] = int(value)
     return Layout(**degrees, **options)

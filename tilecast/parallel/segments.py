@@ -11,6 +11,7 @@ import onnx
 from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.training import trainable
+from .context import RingExchange
 from .experts import ExpertPlan
 from .structure import EPILOGUE, PROLOGUE, Structure
 from .tensor import Roles, segment_of
@@ -36,6 +37,7 @@ class Segment:
     # The attention cores' share (selective recomputation drops these activations and runs
     # these forward kernels again in the backward)
     core_fwd_ms: float = 0.0
+    core_bwd_ms: float = 0.0  # their backward (a context-parallel ring overlaps both)
     core_fwd_flops: float = 0.0
     core_activation_bytes: float = 0.0
     hidden_bytes: float = 0.0  # the hidden state between layers (p2p, recomputation)
@@ -43,6 +45,8 @@ class Segment:
     tp_bwd: list[tuple[str, float]] = field(default_factory=list)
     ep_fwd: list[tuple[str, float]] = field(default_factory=list)  # MoE token exchange
     ep_bwd: list[tuple[str, float]] = field(default_factory=list)
+    cp_fwd: list[tuple[str, float]] = field(default_factory=list)  # K/V ring steps
+    cp_bwd: list[tuple[str, float]] = field(default_factory=list)
 
     def copy(self) -> Segment:
         out = Segment()
@@ -54,13 +58,15 @@ class Segment:
         for name in SUMMED:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.hidden_bytes = max(self.hidden_bytes, other.hidden_bytes)
-        for name in ("tp_fwd", "tp_bwd", "ep_fwd", "ep_bwd"):
+        for name in CALLS:
             getattr(self, name).extend(getattr(other, name))
 
 
 SUMMED = ("fwd_ms", "bwd_ms", "update_ms", "update_bytes", "fwd_flops", "bwd_flops",
           "param_elems", "param_bytes", "expert_param_elems", "expert_param_bytes",
-          "activation_bytes", "core_fwd_ms", "core_fwd_flops", "core_activation_bytes")
+          "activation_bytes", "core_fwd_ms", "core_bwd_ms", "core_fwd_flops",
+          "core_activation_bytes")
+CALLS = ("tp_fwd", "tp_bwd", "ep_fwd", "ep_bwd", "cp_fwd", "cp_bwd")
 
 
 def shared_weights(proto: onnx.ModelProto) -> dict[str, str]:
@@ -104,6 +110,8 @@ def _add_kernels(segs: Mapping, kernels: Sequence[KernelForecast], s: Structure,
         elif k.phase == "backward":
             seg.bwd_ms += kf.latency_ms
             seg.bwd_flops += k.flops
+            if k.nodes and index.get(k.nodes[0]) in core:
+                seg.core_bwd_ms += kf.latency_ms
         else:
             seg.update_ms += kf.latency_ms
             seg.update_bytes += k.bytes
@@ -222,10 +230,28 @@ def _add_expert_exchange(segs: Mapping, s: Structure, plan: ExpertPlan) -> None:
         seg.ep_bwd.extend(calls)
 
 
+def _split_sequence(segs: Mapping, s: Structure, cp: int,
+                    rings: Sequence[RingExchange]) -> None:
+    """A context-parallel rank holds 1/cp of every token's activations and sends 1/cp of
+    every token-sized collective; each attention passes K and V chunks round the ring (cp - 1
+    steps forward; K, V and their gradients backward)."""
+    for seg in segs.values():
+        seg.activation_bytes /= cp
+        seg.core_activation_bytes /= cp
+        seg.hidden_bytes /= cp
+        for name in CALLS:
+            setattr(seg, name, [(op, nbytes / cp) for op, nbytes in getattr(seg, name)])
+    for ring in rings:
+        seg = segs[s.segment(ring.row)]
+        seg.cp_fwd.extend([("send-recv", ring.kv_bytes / cp)] * (cp - 1))
+        seg.cp_bwd.extend([("send-recv", 2 * ring.kv_bytes / cp)] * (cp - 1))
+
+
 def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecast],
                   s: Structure, r: Roles, tp: int, proto: onnx.ModelProto,
                   sequence_parallel: bool, internal: frozenset[int] = frozenset(),
-                  plan: ExpertPlan | None = None) -> dict[int | str, Segment]:
+                  plan: ExpertPlan | None = None, cp: int = 1,
+                  rings: Sequence[RingExchange] = ()) -> dict[int | str, Segment]:
     segs: dict[int | str, Segment] = defaultdict(Segment)
     index = {res.node.name: i for i, res in enumerate(results)}
     owner: dict[str, int] = {}
@@ -247,4 +273,6 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
             seg.hidden_bytes = max(seg.hidden_bytes, results[b.row].node.outputs[0].nbytes)
     for key in (PROLOGUE, EPILOGUE, *range(s.layers)):
         segs[key]  # noqa: B018  (every segment exists, empty or not)
+    if cp > 1:
+        _split_sequence(segs, s, cp, rings)
     return dict(segs)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 
 from ..analyzer.types import DTYPE_SIZE
 from .cluster import Cluster
-from .collectives import collective_cost, group_span
+from .collectives import Span, collective_cost, group_span
 from .forecast import GIB, CollectiveForecast, Memory, RankForecast
 from .layout import Layout
 from .schedule import balanced_stages, one_f_one_b, overlapped_allreduce
@@ -33,13 +33,13 @@ def _sync_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
                       ) -> list[CollectiveForecast]:
     """The collectives inside a microbatch's forward and backward, which the next kernel
     waits for: tensor-parallel all-reduces (or reduce-scatter / all-gather) and the MoE
-    layers' all-to-alls. Expert-parallel ranks are data-parallel ranks, tp apart."""
+    layers' all-to-alls. Expert-parallel ranks are data-parallel ranks, tp x cp apart."""
     out = []
     for group, ranks, span, fwd, bwd in (
             ("tp", layout.tp, group_span(layout.tp, 1, cl.gpus_per_node), seg.tp_fwd,
              seg.tp_bwd),
-            ("ep", layout.ep, group_span(layout.ep, layout.tp, cl.gpus_per_node), seg.ep_fwd,
-             seg.ep_bwd)):
+            ("ep", layout.ep, group_span(layout.ep, layout.tp * layout.cp, cl.gpus_per_node),
+             seg.ep_fwd, seg.ep_bwd)):
         for phase, calls in (("forward", fwd), ("backward", bwd)):
             for (op, nbytes), n in sorted(Counter(calls).items()):
                 c = collective_cost(op, nbytes, span, cl)
@@ -63,7 +63,7 @@ def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
         """Dense parameters sharded over dp, experts over dp / ep, from ZeRO ``from_stage``."""
         if z < from_stage:
             return total
-        return (total - expert) / layout.dp + expert / layout.expert_dp
+        return (total - expert) / layout.replicas + expert / layout.expert_dp
 
     weights = sharded(seg.param_bytes, seg.expert_param_bytes, 3)
     grads = sharded(seg.param_bytes, seg.expert_param_bytes, 2)
@@ -100,14 +100,15 @@ def _dp(seg: Segment, bwd_ms: float, layers: Sequence[Segment], layout: Layout, 
         stage: int) -> tuple[float, list[CollectiveForecast]]:
     """Exposed data-parallel time after the last backward and its collectives. Dense
     gradients are reduced over the dp ranks; experts' over the dp / ep ranks that hold the
-    same experts (group ``edp``), one after the other in each bucket."""
-    if layout.dp == 1:
+    same experts (group ``edp``), one after the other in each bucket. With context
+    parallelism the cp ranks of a replica hold the same weights and join the reduction."""
+    if layout.replicas == 1:
         return 0.0, []
     share = _expert_share(seg)
-    groups = [("dp", layout.dp, group_span(layout.dp, layout.tp, cl.gpus_per_node),
+    groups = [("dp", layout.replicas, group_span(layout.replicas, layout.tp, cl.gpus_per_node),
                1.0 - share),
-              ("edp", layout.expert_dp,
-               group_span(layout.expert_dp, layout.tp * layout.ep, cl.gpus_per_node), share)]
+              ("edp", layout.expert_dp, group_span(layout.expert_dp, layout.tp * layout.cp
+                                                   * layout.ep, cl.gpus_per_node), share)]
     groups = [g for g in groups if g[3] > 0 and g[1] > 1]
     op = "all-reduce" if layout.zero == 0 else "reduce-scatter"
 
@@ -147,11 +148,36 @@ def _recomputed(seg: Segment, layout: Layout) -> tuple[float, float]:
     return 0.0, 0.0
 
 
+def _ring(seg: Segment, layout: Layout, cl: Cluster, stage: int
+          ) -> tuple[float, float, list[CollectiveForecast]]:
+    """(exposed forward ms, exposed backward ms, collectives) of one microbatch's
+    context-parallel K/V rings: each step's send/recv runs under the attention of the chunk
+    at hand, so only what the attention cannot cover is exposed. A ring that crosses nodes
+    is paced by its network hop."""
+    if layout.cp == 1:
+        return 0.0, 0.0, []
+    span = group_span(layout.cp, layout.tp, cl.gpus_per_node)
+    hop = Span(2, 2 if span.nodes == 1 else 1)
+    exposed, rows = {}, []
+    for phase, calls, hide in (("forward", seg.cp_fwd, seg.core_fwd_ms),
+                               ("backward", seg.cp_bwd, seg.core_bwd_ms)):
+        costs = [(op, nbytes, n, collective_cost(op, nbytes, hop, cl))
+                 for (op, nbytes), n in sorted(Counter(calls).items())]
+        exposed[phase] = max(0.0, sum(n * c.latency_ms for _, _, n, c in costs) - hide)
+        rows.extend((phase, *x) for x in costs)
+    colls = [CollectiveForecast(f"cp.{phase}.{op}.{int(nbytes)}", op, "cp", phase, int(nbytes),
+                                layout.cp, n * layout.microbatches, c.latency_ms, c.algorithm,
+                                c.link, exposed[phase] > 0, stage)
+             for phase, op, nbytes, n, c in rows]
+    return exposed["forward"], exposed["backward"], colls
+
+
 def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
                 ) -> tuple[float, float, float, list[CollectiveForecast]]:
     """(forward ms, backward ms, per-step communication ms, collectives) of one microbatch
     on stage ``i``: tensor-parallel collectives and MoE all-to-alls are synchronous, so
-    they add to the compute; the stage sends activations forward and gradients back."""
+    they add to the compute, as does what the attention leaves exposed of a
+    context-parallel ring; the stage sends activations forward and gradients back."""
     M = layout.microbatches
     colls = _sync_collectives(seg, layout, cl, i)
     tp_f = sum(c.total_ms for c in colls if c.phase == "forward")
@@ -162,11 +188,16 @@ def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
     else:  # selective: the attention cores again (no collective inside them)
         bwd = seg.bwd_ms + _recomputed(seg, layout)[0] + tp_b / M
     fwd = seg.fwd_ms + tp_f / M
+    ring_f, ring_b, ring = _ring(seg, layout, cl, i)
+    colls.extend(ring)
+    ring_b += ring_f if layout.recompute != "none" else 0.0  # the rerun attention's ring
+    fwd, bwd = fwd + ring_f, bwd + ring_b
+    tp_f, tp_b = tp_f + ring_f * M, tp_b + ring_b * M
     # each of the v chunks on a GPU sends forward and back (the first and last chunk once)
     v = layout.virtual_stages
     sends = 2 * v - (i == 0) - (i == layout.pp - 1) if layout.pp > 1 else 0
     p2p = collective_cost("send-recv", seg.hidden_bytes,
-                          group_span(2, layout.tp * layout.dp, cl.gpus_per_node), cl)
+                          group_span(2, layout.tp * layout.replicas, cl.gpus_per_node), cl)
     if sends:
         colls.append(CollectiveForecast(
             "pp.activation.send-recv", "send-recv", "pp", "forward", int(seg.hidden_bytes),
@@ -192,7 +223,7 @@ def build_stages(units: Sequence[Segment], layout: Layout, cl: Cluster, clip_ms_
         update = seg.update_ms
         if layout.zero >= 1:  # each rank updates its shard: dense 1 / dp, experts 1 / (dp/ep)
             share = _expert_share(seg)
-            update *= (1.0 - share) / layout.dp + share / layout.expert_dp
+            update *= (1.0 - share) / layout.replicas + share / layout.expert_dp
         if clip_ms_per_byte is not None:
             update += clip_ms_per_byte * seg.param_bytes
         flops = (seg.fwd_flops + seg.bwd_flops + _recomputed(seg, layout)[1]) \
