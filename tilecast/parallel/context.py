@@ -87,9 +87,10 @@ def ring_exchanges(results: Sequence[NodeResult], s: Structure, cp: int
     for b in attention:
         seq = sequence_length(results, b)
         if seq % (2 * cp):
-            raise TilecastError(f"cp={cp} needs the sequence ({seq} at node "
-                                f"'{results[b.row].node.name}') divisible by 2 x cp "
-                                f"(Megatron-core's load-balanced chunks)")
+            node = results[min(b.core)].node
+            raise TilecastError(f"cp={cp} needs the sequence divisible by 2 x cp "
+                                f"(Megatron-core's load-balanced chunks), but node "
+                                f"'{node.name}' ({node.op_type}) attends over {seq} queries")
         k, v = _operands(results, b)
         out.append(RingExchange(b.row, _source_bytes(w, k) + _source_bytes(w, v)))
     return tuple(out)
