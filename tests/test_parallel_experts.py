@@ -8,7 +8,7 @@ import json
 import onnx.parser
 import pytest
 from click.testing import CliRunner
-from parallel_helpers import Recording, make_cluster, tiny_model
+from parallel_helpers import Recording, _layer, _weights, make_cluster, tiny_model
 
 from tilecast.analyzer.types import MatmulDims
 from tilecast.cli import main
@@ -75,6 +75,14 @@ EXPERT_BYTES = (16 * 64 + 64 * 16) * 4  # w1 and w2 of one expert
 
 def moe_model():
     return onnx.parser.parse_model(MOE)
+
+
+def dense_then_moe_model():
+    """The tiny dense layer, then the MoE layer: Switch's pattern (MoE every second layer)."""
+    text = (MOE.replace("(x, g1, b1)", "(z1, g1, b1)").replace("Add(a, x)", "Add(a, z1)")
+            .replace("<float[16] g1", f"<{_weights(0)}, float[16] g1")
+            .replace("> {\n", "> {\n" + _layer(0, "x", "z1") + "\n", 1))
+    return onnx.parser.parse_model(text)
 
 
 def run(layout, model=None, **kw):
@@ -158,6 +166,17 @@ def test_tensor_and_expert_parallel_together():
     assert {"tp", "ep", "dp"} <= groups and "edp" not in groups  # dp / ep = 1
     ep_span = next(c for c in f.collectives if c.group == "ep")
     assert ep_span.ranks == 2
+
+
+def test_layer_replication_repeats_the_dense_moe_pattern():
+    # 2 graph layers (dense, MoE) to 6: dense, MoE, dense, MoE, dense, MoE -> 3 MoE layers,
+    # each a dispatch and a combine all-to-all in the forward
+    f, _ = run(Layout(dp=2, ep=2), dense_then_moe_model(), layers=6)
+    (fwd,) = [c for c in f.collectives if c.group == "ep" and c.phase == "forward"]
+    assert fwd.count == 3 * 2 and f.layers == 6
+    one, _ = run(Layout(dp=2, ep=2), moe_model(), layers=3)  # every layer is MoE
+    (fwd,) = [c for c in one.collectives if c.group == "ep" and c.phase == "forward"]
+    assert fwd.count == 3 * 2
 
 
 @pytest.mark.parametrize("layout, model, needle", [

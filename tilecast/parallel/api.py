@@ -95,7 +95,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      fused_optimizer: bool = True, runtime: str = "eager") -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
-    layer up to that many layers (export a model with few layers, forecast the full depth).
+    layer up to that many layers (export a model with few layers, forecast the full depth;
+    where MoE layers alternate with dense ones, the first such pair or run is repeated).
     ``fusion`` forecasts Megatron-LM's fused kernels (``megatron.py``: fused elementwise
     chains such as bias-GeLU and bias-dropout-add; the scale-mask-softmax, forward and
     backward, in 16-bit only).
@@ -116,10 +117,6 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     s = recognize(results)
     warnings = list(s.warnings)
     moe, plan = _check_structure(results, s, layout, layers, graph.name or str(model))
-    if moe and all(s.segment(min(g.rows)) != 0 for g in moe) and (layers or 0) > s.layers:
-        warnings.append("--layers repeats the graph's first layer, which is dense here: the "
-                        "repeated layers have no experts; export the full depth to forecast "
-                        "every MoE layer")
     r = roles(results, s, layout.sequence_parallel)
     groups = fusion_groups(graph, results, MEGATRON_FUSION) if fusion else ()
     forward = kernels_of(groups, results) if fusion else node_kernels(results)
@@ -137,7 +134,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     rings = ring_exchanges(results, s, layout.cp) if layout.cp > 1 else ()
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
                          internal, plan, layout.cp, rings)
-    units = _units(segs, s.layers, layers or s.layers)
+    units = _units(segs, s.layers, layers or s.layers, _period(s, moe))
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
                         "residual add that sit outside it: export two layers")
@@ -193,9 +190,21 @@ def _check_structure(results: Sequence[NodeResult], s: Structure, layout: Layout
     return moe, plan_experts(results, moe, layout.ep) if layout.ep > 1 else None
 
 
-def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:
+def _period(s: Structure, moe: Sequence[ExpertGroup]) -> int:
+    """The shortest run of layers whose dense / MoE pattern the graph repeats (1 for a model
+    whose layers are all alike; 2 for Switch's MoE layer every second layer)."""
+    if not s.layers:
+        return 1
+    moe_layers = {s.segment(min(g.rows)) for g in moe}
+    kinds = [i in moe_layers for i in range(s.layers)]
+    return next(p for p in range(1, s.layers + 1)
+                if all(kinds[i] == kinds[i % p] for i in range(s.layers)))
+
+
+def _units(segs: Mapping, graph_layers: int, target: int, period: int = 1) -> list[Segment]:
     """Per-layer segments, the prologue folded into the first and the epilogue into the
-    last; the graph's first layer repeated when ``target`` exceeds the graph's layers."""
+    last; when ``target`` exceeds the graph's layers, its first ``period`` layers (the
+    repeating dense / MoE pattern) are repeated in turn after them."""
     if graph_layers == 0:
         unit = Segment()
         for seg in segs.values():
@@ -204,7 +213,7 @@ def _units(segs: Mapping, graph_layers: int, target: int) -> list[Segment]:
     if target < graph_layers:
         raise TilecastError(f"layers={target} is fewer than the graph's {graph_layers}")
     units = [segs[i].copy() for i in range(graph_layers)]
-    units[1:1] = [segs[0].copy() for _ in range(target - graph_layers)]
+    units[period:period] = [segs[j % period].copy() for j in range(target - graph_layers)]
     units[0].add(segs[PROLOGUE])
     units[-1].add(segs[EPILOGUE])
     return units
