@@ -201,6 +201,17 @@ def test_topk_experts_get_static_capacity_and_a_weight_each(exports):
     assert ring.kv_bytes == 2 * B * S * (2 * 16) * 4
 
 
+def test_topk_experts_at_decode_run_only_one_expert_per_choice(exports):
+    # one token, top-2 of 4 experts: two experts run, one slot each (not all four)
+    path = from_hf_config(MIXTRAL, batch=1, seq=1, path=exports.folder / "mixtral-1.onnx")
+    proto = load(path)
+    weights = sorted(tuple(i.dims) for i in proto.graph.initializer if ".experts." in i.name)
+    assert weights == [(64, 96)] * 2 + [(192, 64)] * 2
+    expert_inputs = [shapes(proto)[n.input[0]] for n in proto.graph.node
+                     if n.op_type in ("Gemm", "MatMul") and ".experts." in n.input[1]]
+    assert sorted(expert_inputs) == [(1, 64)] * 2 + [(1, 96)] * 2  # up and down, 1 row each
+
+
 def test_from_torch_meta_module_with_dynamic_batch(tmp_path):
     import torch
 

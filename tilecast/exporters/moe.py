@@ -15,8 +15,9 @@ Top-k models (transformers' expert collections: Mixtral, Qwen-MoE, DeepSeek-V3, 
 whose experts are 3-D parameters looped over with ``nonzero`` or grouped GEMMs with
 data-dependent offsets) get the GShard form (Lepikhin et al. 2021): each expert has
 ``capacity = ceil(tokens x top_k / experts)`` slots, its mean share of the token choices
-(balanced routing; choices beyond it are dropped), filled in token order by a gather of the
-token rows, and each token sums its choices' outputs, weighted by the router, gathered back.
+(balanced routing; choices beyond it are dropped; with fewer choices than experts, one
+expert per choice runs, one slot each), filled in token order by a gather of the token
+rows, and each token sums its choices' outputs, weighted by the router, gathered back.
 The permutation is index gathers (bytes linear in the tokens), as Megatron-core's and
 DeepSpeed's token dispatchers move tokens, not a one-hot matmul (FLOPs quadratic in them).
 Each expert's weights become a 2-D parameter of their own, so every expert is a plain MLP
@@ -93,15 +94,24 @@ def _topk_forward(self: Any, hidden: Any, top_k_index: Any, top_k_weights: Any) 
     import torch
 
     tokens, width = hidden.shape
-    k, experts = top_k_index.shape[-1], self.num_experts
-    capacity = -(-tokens * k // experts)
+    k = top_k_index.shape[-1]
+    choices = tokens * k
+    # With fewer choices than experts (decode at a small batch) only the chosen experts run,
+    # at most one per choice: each choice gets an expert of its own (the most weights a
+    # step can read), one slot each.
+    experts = min(self.num_experts, choices)
+    capacity = -(-choices // experts)
     choice = top_k_index.reshape(-1)  # (tokens * k,), token-major
-    onehot = torch.nn.functional.one_hot(choice, experts)
-    position = ((torch.cumsum(onehot, 0) - 1) * onehot).sum(-1)
-    # Slot of each choice in the flattened (experts * capacity) buffer; over capacity: the
-    # spare zero row at the end.
-    dest = torch.where(position < capacity, choice * capacity + position, experts * capacity)
-    source = torch.arange(tokens * k, device=hidden.device) // k
+    if experts < self.num_experts:
+        dest = torch.arange(choices, device=hidden.device)
+    else:
+        onehot = torch.nn.functional.one_hot(choice, experts)
+        position = ((torch.cumsum(onehot, 0) - 1) * onehot).sum(-1)
+        # Slot of each choice in the flattened (experts * capacity) buffer; over capacity:
+        # the spare zero row at the end.
+        dest = torch.where(position < capacity, choice * capacity + position,
+                           experts * capacity)
+    source = torch.arange(choices, device=hidden.device) // k
     index = torch.full((experts * capacity + 1,), tokens, dtype=torch.long,
                        device=hidden.device).scatter(0, dest, source)[:-1]
     padded = torch.cat([hidden, hidden.new_zeros(1, width)])
