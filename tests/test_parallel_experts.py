@@ -165,7 +165,10 @@ def test_tensor_and_expert_parallel_together():
     groups = {c.group for c in f.collectives}
     assert {"tp", "ep", "dp"} <= groups and "edp" not in groups  # dp / ep = 1
     ep_span = next(c for c in f.collectives if c.group == "ep")
-    assert ep_span.ranks == 2
+    assert ep_span.ranks == 2 and ep_span.bytes == TOKENS_BYTES
+    # sequence parallel: each tensor-parallel rank exchanges its half of the tokens
+    sp, _ = run(Layout(dp=2, tp=2, ep=2, sequence_parallel=True))
+    assert {c.bytes for c in sp.collectives if c.group == "ep"} == {TOKENS_BYTES // 2}
 
 
 def test_layer_replication_repeats_the_dense_moe_pattern():

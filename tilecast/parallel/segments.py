@@ -221,11 +221,15 @@ def _add_tp_collectives(segs: Mapping, results: Sequence[NodeResult], s: Structu
         segs[s.segment(s.lm_head)].tp_bwd.append(("all-reduce", x.nbytes))
 
 
-def _add_expert_exchange(segs: Mapping, s: Structure, plan: ExpertPlan) -> None:
-    """Dispatch and combine all-to-alls of every MoE layer, forward and backward."""
+def _add_expert_exchange(segs: Mapping, s: Structure, plan: ExpertPlan, split: int) -> None:
+    """Dispatch and combine all-to-alls of every MoE layer, forward and backward. With
+    sequence parallelism each tensor-parallel rank holds 1/``split`` of the tokens and
+    exchanges only those (Megatron-core's all-to-all dispatcher, which then all-gathers the
+    expert inputs over the tensor-parallel ranks: the expert blocks' collectives)."""
     for g in plan.groups:
         seg = segs[s.segment(min(g.rows))]
-        calls = [("all-to-all", g.dispatch_bytes), ("all-to-all", g.combine_bytes)]
+        calls = [("all-to-all", g.dispatch_bytes / split),
+                 ("all-to-all", g.combine_bytes / split)]
         seg.ep_fwd.extend(calls)
         seg.ep_bwd.extend(calls)
 
@@ -264,7 +268,7 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
     _add_params(segs, results, s, r, tp, keys, plan)
     _add_activations(segs, results, s, r, tp, internal, plan)
     if plan is not None and plan.ep > 1:
-        _add_expert_exchange(segs, s, plan)
+        _add_expert_exchange(segs, s, plan, tp if sequence_parallel else 1)
     if tp > 1:
         _add_tp_collectives(segs, results, s, sequence_parallel, plan)
     else:
