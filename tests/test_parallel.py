@@ -213,6 +213,17 @@ def test_memory_accounting_per_gpu():
     assert m.activations > 0 and m.fits
 
 
+@pytest.mark.parametrize("pp, v, stage, expected", [
+    (4, 1, 0, 4), (4, 1, 3, 1),  # 1F1B: p - stage microbatches in flight
+    # interleaved: ((p - stage - 1) x 2 + (v - 1) x p + 1) / v; stage 0 = p (1 + (p-1)/(p v))
+    (4, 2, 0, 4 * (1 + 3 / 8)), (4, 2, 3, 5 / 2), (8, 4, 0, 8 * (1 + 7 / 32)),
+])
+def test_activations_in_flight_per_stage(pp, v, stage, expected):
+    from tilecast.parallel.stages import _in_flight
+
+    assert _in_flight(Layout(pp=pp, virtual_stages=v, microbatches=64), stage) == expected
+
+
 def test_layer_replication_and_pipeline_stages():
     f = analyze_parallel(onnx.parser.parse_model(layers_text(2)), Layout(pp=2, microbatches=4),
                          cluster=make_cluster(), predictor="roofline", layers=4)

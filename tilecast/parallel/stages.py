@@ -55,6 +55,18 @@ def _expert_share(seg: Segment) -> float:
     return seg.expert_param_bytes / seg.param_bytes if seg.param_bytes else 0.0
 
 
+def _in_flight(layout: Layout, stage: int) -> float:
+    """Microbatches whose activations stage ``stage`` holds at its peak, in whole-stage
+    units. 1F1B (Narayanan et al., SC'21): p - stage. Interleaved over v chunks, Megatron-LM's
+    warm-up runs (p - stage - 1) x 2 + (v - 1) x p chunk forwards before the first backward
+    (schedules.py), so one more chunk of 1/v of the stage is held: on the first stage
+    p (1 + (p - 1) / (p v)), the factor of Korthikanti et al. 2022, section 4.2.3."""
+    p, v = layout.pp, layout.virtual_stages
+    if v == 1:
+        return p - stage
+    return ((p - stage - 1) * 2 + (v - 1) * p + 1) / v
+
+
 def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
             optimizer: str, layers: int) -> Memory:
     z = layout.zero
@@ -69,7 +81,7 @@ def _memory(seg: Segment, layout: Layout, cl: Cluster, stage: int, mixed: bool,
     grads = sharded(seg.param_bytes, seg.expert_param_bytes, 2)
     opt = sharded(seg.param_elems, seg.expert_param_elems, 1) \
         * OPTIMIZER_BYTES[(optimizer, mixed)]
-    in_flight = min(layout.microbatches, layout.pp - stage)  # 1F1B (Narayanan et al. 2021)
+    in_flight = min(layout.microbatches, _in_flight(layout, stage))
     if layout.recompute == "full":  # layer inputs kept, one layer's activations rebuilt
         per_mb = seg.hidden_bytes * layers + seg.activation_bytes / max(layers, 1)
     elif layout.recompute == "selective":  # the attention cores' activations dropped
