@@ -116,3 +116,7 @@ def test_cli_json_reports_cp_and_the_ring(tmp_path):
     doc = json.loads(out.output)
     assert doc["layout"]["cp"] == 2 and doc["gpus"] == 4 and doc["sequence"] == 8
     assert {c["op"] for c in doc["collectives"] if c["group"] == "cp"} == {"send-recv"}
+    table = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
+                                      "--parallel", "dp=2,cp=2", "--cluster", "dgx-a100",
+                                      "--predictor", "roofline"])
+    assert "sequence   8 tokens, 4 per rank (cp 2)" in table.output

@@ -216,6 +216,10 @@ def test_cli_json_reports_ep_and_the_all_to_alls(tmp_path):
     doc = json.loads(out.output)
     assert doc["layout"]["ep"] == 2 and doc["experts"] == EXPERTS
     assert {c["group"] for c in doc["collectives"] if c["op"] == "all-to-all"} == {"ep"}
+    table = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
+                                      "--parallel", "dp=4,ep=2", "--cluster", "dgx-a100",
+                                      "--predictor", "roofline"])
+    assert "experts    4 per MoE layer, 2 per rank (ep 2)" in table.output
     bad = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
                                     "dp=4,ep=3", "--cluster", "dgx-a100"])
     assert bad.exit_code == 2 and bad.output.count("Error:") == 1

@@ -41,6 +41,18 @@ def _table(header: Sequence[str], rows: list[list[str]], markdown: bool) -> str:
     return "\n".join([fmt.format(*header), *(fmt.format(*r) for r in rows)]) + "\n"
 
 
+def _split_lines(f: ParallelForecast) -> list[tuple[str, str]]:
+    """What context and expert parallelism put on one rank."""
+    lay, out = f.layout, []
+    if lay.cp > 1:
+        out.append(("sequence", f"{f.sequence} tokens, {f.sequence // lay.cp} per rank "
+                                f"(cp {lay.cp})"))
+    if f.experts:
+        out.append(("experts", f"{f.experts} per MoE layer, {f.experts // lay.ep} per rank "
+                               f"(ep {lay.ep})"))
+    return out
+
+
 def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
     c, lay = f.cluster, f.layout
     m = max(f.ranks, key=lambda r: r.memory.total).memory
@@ -49,6 +61,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
             ("layout", lay.label()), ("layers", f"{f.layers} (graph: {f.graph_layers})"),
             ("batch", f"global {f.global_batch} = microbatch {f.microbatch} x "
                       f"{lay.microbatches} x dp {lay.dp}"),
+            *_split_lines(f),
             ("predictor", f.predictor), ("runtime", f.runtime),
             ("step", f"{f.step_ms:.3f} ms"),
             ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU"),
