@@ -21,7 +21,8 @@ def candidate_layouts(gpus: int, global_batch: int, microbatch: int, experts: in
     splits the ``sequence`` into 2 x cp chunks; for a model with ``experts`` per MoE layer,
     every expert-parallel degree dividing both dp and the experts."""
     out = []
-    for tp, pp, cp in product(range(1, gpus + 1), repeat=3):
+    divisors = [d for d in range(1, gpus + 1) if gpus % d == 0]
+    for tp, pp, cp in product(divisors, repeat=3):
         if gpus % (tp * pp * cp) or (cp > 1 and (not sequence or sequence % (2 * cp))):
             continue
         dp = gpus // (tp * pp * cp)
