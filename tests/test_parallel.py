@@ -10,7 +10,7 @@ from pathlib import Path
 import onnx.parser
 import pytest
 from click.testing import CliRunner
-from parallel_helpers import LINK, NET, SOURCES, layers_text, make_cluster, tiny_model
+from parallel_helpers import LINK, NET, SOURCES, TINY, layers_text, make_cluster, tiny_model
 
 from tilecast.cli import main
 from tilecast.errors import ConfigError, TilecastError
@@ -23,6 +23,7 @@ from tilecast.parallel import (
     load_cluster,
     parse_layout,
 )
+from tilecast.parallel.api import _graph
 from tilecast.parallel.collectives import BASE_LATENCY_US, Span
 from tilecast.parallel.schedule import (
     balanced_stages,
@@ -30,6 +31,7 @@ from tilecast.parallel.schedule import (
     one_f_one_b,
     overlapped_allreduce,
 )
+from tilecast.parallel.structure import recognize
 
 BASE = BASE_LATENCY_US * 1e-3  # ms
 
@@ -157,6 +159,25 @@ g (float[4, 16] x) => (float[4, 8] y) <float[16, 8] w = {0.0}> { y = MatMul(x, w
                          predictor="roofline")
     with pytest.raises(TilecastError, match="does not divide the 4 attention heads"):
         analyze_parallel(tiny_model(), Layout(tp=8), cluster=make_cluster(), predictor="roofline")
+
+
+def test_attention_with_a_per_head_qk_norm_is_recognized():
+    # Qwen3 / OLMo 2 / Gemma 3 normalize Q and K per head (over the head dim) between the
+    # projection and Q K^T; the block and its layer are the same as without the norm.
+    text = (TINY.replace("qt_0 = Transpose <perm = [0, 2, 1, 3]> (qh_0)",
+                         "qn_0 = LayerNormalization <axis = -1> (qh_0, gq, bq)\n"
+                         "  qt_0 = Transpose <perm = [0, 2, 1, 3]> (qn_0)")
+            .replace("kt_0 = Transpose <perm = [0, 2, 3, 1]> (kh_0)",
+                     "kn_0 = LayerNormalization <axis = -1> (kh_0, gq, bq)\n"
+                     "  kt_0 = Transpose <perm = [0, 2, 3, 1]> (kn_0)")
+            .replace("float sc = {0.5}>", "float sc = {0.5}, float[4] gq = {1.0}, "
+                                           "float[4] bq = {0.0}>"))
+    model = onnx.parser.parse_model(text)
+    _, _, results = _graph(model, None)
+    s = recognize(results)
+    assert [b.kind for b in s.blocks] == ["attention", "mlp"] and s.layers == 1
+    f = analyze_parallel(model, Layout(tp=2), cluster=make_cluster(), predictor="roofline")
+    assert {c.group for c in f.collectives} == {"tp"}
 
 
 @pytest.mark.parametrize("stages, micro", [(4, 1), (4, 4), (8, 32), (1, 8)])

@@ -3,7 +3,8 @@
 - Attention: a Softmax (or a fused attention node) whose input comes, through elementwise and
   data-movement nodes only, from one activation x activation MatMul (Q K^T), whose output feeds
   one more (probs x V); the Q, K and V operands trace back to weighted MatMuls (the column-
-  parallel projections, possibly one fused QKV) and the probs x V result flows to one weighted
+  parallel projections, possibly one fused QKV, possibly through a per-head norm of Q and K
+  or the slice writes that assemble them) and the probs x V result flows to one weighted
   MatMul (the row-parallel output projection).
 - MLP: a weighted MatMul whose input traces back, through elementwise nodes only (the
   activation), to weighted MatMuls (up, and gate where there is one): column then row.
@@ -27,6 +28,11 @@ from ..analyzer.types import TensorInfo
 STOP = {"matmul", "conv", "attention", "softmax", "normalization", "gather", "reduction",
         "pooling", "unsupported"}
 PROLOGUE, EPILOGUE = "prologue", "epilogue"
+# What may sit between the Q, K and V projections and the attention core besides views and
+# elementwise ops: a per-head norm of Q and K (QK-norm: Qwen3, OLMo 2, Gemma 3; a decomposed
+# RMSNorm's mean is a reduction) and slice writes that assemble Q and K from parts
+# (DeepSeek's MLA: the rotary part written into each head, an index_put / ScatterND).
+QKV_PASS = frozenset({"normalization", "reduction", "gather"})
 
 
 @dataclass(frozen=True)
@@ -107,9 +113,10 @@ class Walker:
         return self.family(i) == "matmul" and self.weight(i) is not None
 
     def up(self, tensors: Sequence[TensorInfo | None], skip: frozenset[int] = frozenset(),
-           ) -> tuple[set[int], bool]:
-        """Matmul nodes reached walking up through pass-through nodes; False if a STOP node
-        other than a matmul (and not in ``skip``) was met."""
+           passable: frozenset[str] = frozenset()) -> tuple[set[int], bool]:
+        """Matmul nodes reached walking up through pass-through nodes (and nodes of the
+        ``passable`` families); False if a STOP node other than a matmul (and not in
+        ``skip``) was met."""
         found, clean, seen = set(), True, set(skip)
         stack = [t.name for t in tensors if t is not None and not t.is_initializer]
         while stack:
@@ -121,7 +128,7 @@ class Walker:
             fam = self.family(i)
             if fam == "matmul":
                 found.add(i)
-            elif fam in STOP:
+            elif fam in STOP and fam not in passable:
                 clean = False
             else:
                 stack.extend(t.name for t in self.results[i].node.inputs
@@ -195,7 +202,7 @@ def _attention(w: Walker, core: int) -> Block | None:
                                 *w.results[av_i].node.inputs), av_i
         nodes = w.between([qk_i], av_i) | {qk_i, av_i}
     # The probs operand of probs x V leads back to the core itself: not a stop.
-    proj, clean = w.up(qkv_inputs, frozenset({core}))
+    proj, clean = w.up(qkv_inputs, frozenset({core}), QKV_PASS)
     if not proj or not clean or not all(w.is_weighted(i) for i in proj):
         return None
     out = w.down(out_from)
