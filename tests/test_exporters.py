@@ -41,6 +41,16 @@ MIXTRAL = {"model_type": "mixtral", "architectures": ["MixtralForCausalLM"],
            "num_hidden_layers": 1, "hidden_size": 64, "intermediate_size": 96,
            "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
            "num_experts_per_tok": 2, "vocab_size": 256, "max_position_embeddings": 64}
+# DeepSeek-V3's shape in miniature: MLA attention (low-rank Q and KV, a rotary part written
+# into each head), the first layer dense, then 8 routed experts (top-2) beside a shared one.
+DEEPSEEK = {"model_type": "deepseek_v3", "architectures": ["DeepseekV3ForCausalLM"],
+            "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
+            "num_hidden_layers": 2, "first_k_dense_replace": 1, "num_attention_heads": 4,
+            "num_key_value_heads": 4, "n_routed_experts": 8, "n_shared_experts": 1,
+            "num_experts_per_tok": 2, "n_group": 2, "topk_group": 1, "vocab_size": 256,
+            "max_position_embeddings": 64, "q_lora_rank": 32, "kv_lora_rank": 16,
+            "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 16,
+            "rope_scaling": None}
 NEUSIGHT = ("bert_large", "gpt2_large", "gpt3_xl", "gpt3_27", "opt_13", "switchxl4")
 
 
@@ -210,6 +220,24 @@ def test_topk_experts_at_decode_run_only_one_expert_per_choice(exports):
     expert_inputs = [shapes(proto)[n.input[0]] for n in proto.graph.node
                      if n.op_type in ("Gemm", "MatMul") and ".experts." in n.input[1]]
     assert sorted(expert_inputs) == [(1, 64)] * 2 + [(1, 96)] * 2  # up and down, 1 row each
+
+
+def test_deepseek_layers_and_experts_are_recognized(exports):
+    from tilecast.parallel import Layout, analyze_parallel
+    from tilecast.parallel.api import _graph
+    from tilecast.parallel.experts import recognize_experts
+    from tilecast.parallel.structure import recognize
+
+    proto = exports("deepseek", DEEPSEEK)
+    assert {"NonZero", "Loop", "If"}.isdisjoint(ops(proto))
+    _, _, results = _graph(proto, None)
+    s = recognize(results)
+    assert s.layers == 2 and not s.warnings
+    (group,) = recognize_experts(results, s)  # the second layer's routed experts
+    assert group.experts == 8
+    f = analyze_parallel(proto, Layout(dp=2, tp=2, ep=2), cluster="dgx-h100",
+                         predictor="roofline")
+    assert {c.group for c in f.collectives} >= {"tp", "ep", "dp"}
 
 
 def test_from_torch_meta_module_with_dynamic_batch(tmp_path):
