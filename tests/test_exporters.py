@@ -205,9 +205,9 @@ def test_topk_experts_get_static_capacity_and_a_weight_each(exports):
     # every token's two choices through 64 -> 192 and 96 -> 64: 2 FLOPs per multiply-add
     assert expert_flops == 2 * (B * S * 2) * (64 * 192 + 96 * 64)
     # context parallelism passes K and V as projected, 2 KV heads of 16, not repeated to 4
-    from tilecast.parallel.context import ring_exchanges
+    from tilecast.parallel.context import attention_exchanges
 
-    (ring,) = ring_exchanges(results, recognize(results), 2)
+    (ring,) = attention_exchanges(results, recognize(results), 2, "ring")
     assert ring.kv_bytes == 2 * B * S * (2 * 16) * 4
 
 

@@ -17,7 +17,7 @@ from tilecast.parallel import analyze_parallel
 from tilecast.parallel.layout import Layout, parse_layout
 from tilecast.parallel.search import candidate_layouts
 from tilecast.parallel.segments import Segment
-from tilecast.parallel.stages import _ring
+from tilecast.parallel.stages import _context
 
 # The tiny layer (parallel_helpers): batch 2, seq 8, hidden 16, fused QKV, 4 heads of 4. K and
 # V leave the QKV split as (2, 8, 16) fp32 tensors of 1024 bytes each.
@@ -63,10 +63,31 @@ def test_the_ring_sends_kv_chunks_and_the_attention_hides_what_it_can():
                                                        + KV_BYTES / 2 / 100e9 * 1e3)
     seg = Segment(core_fwd_ms=1.0, core_bwd_ms=0.001,
                   cp_fwd=[("send-recv", 1e6)] * 3, cp_bwd=[("send-recv", 2e6)] * 3)
-    fwd, bwd, colls = _ring(seg, Layout(cp=4), make_cluster(), 0)
+    fwd, bwd, colls = _context(seg, Layout(cp=4), make_cluster(), 0)
     step = BASE_MS + HOP_MS + 2e6 / 100e9 * 1e3
     assert fwd == 0.0 and bwd == pytest.approx(3 * step - 0.001)
     assert {c.phase: c.exposed for c in colls} == {"forward": False, "backward": True}
+
+
+def test_all_to_all_variant_splits_heads_and_exposes_its_exchanges():
+    f, kernels = run(Layout(cp=2, cp_comm="a2a"))
+    # the attention runs all 8 queries x 8 keys on half of the 8 batch x heads; the QKV
+    # projection still on half of the rows
+    assert (4, 8, 8, 4) in forward_matmuls(kernels) and (4, 8, 4, 8) in forward_matmuls(kernels)
+    assert (1, 8, 48, 16) in forward_matmuls(kernels)
+    a2a = sorted((c.phase, c.bytes, c.count) for c in f.collectives if c.group == "cp")
+    # Q (1024 B) / 2 and the output (1024 B) / 2 share a row; K + V (2048 B) / 2
+    assert a2a == [("backward", 512, 2), ("backward", 1024, 1), ("forward", 512, 2),
+                   ("forward", 1024, 1)]
+    assert all(c.exposed and c.op == "all-to-all" for c in f.collectives if c.group == "cp")
+    with pytest.raises(TilecastError, match="heads per tensor-parallel rank"):
+        run(Layout(tp=2, cp=4, cp_comm="a2a"))
+    with pytest.raises(TilecastError, match="cp_comm must be one of"):
+        Layout(cp=2, cp_comm="ulysses")
+    assert Layout(cp=2, cp_comm="a2a").label() == "dp=1,tp=1,pp=1,cp=2,a2a,mb=1"
+    comms = {x.cp_comm for x in candidate_layouts(4, 4, 1, sequence=8,
+                                                  cp_comms=("ring", "a2a")) if x.cp > 1}
+    assert comms == {"ring", "a2a"}
 
 
 def test_gradients_and_zero_shards_span_dp_times_cp():
@@ -120,3 +141,7 @@ def test_cli_json_reports_cp_and_the_ring(tmp_path):
                                       "--parallel", "dp=2,cp=2", "--cluster", "dgx-a100",
                                       "--predictor", "roofline"])
     assert "sequence   8 tokens, 4 per rank (cp 2)" in table.output
+    a2a = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
+                                    "dp=2,cp=2", "--cp-comm", "a2a", "--cluster", "dgx-a100",
+                                    "--predictor", "roofline", "--format", "json"])
+    assert json.loads(a2a.output)["layout"]["cp_comm"] == "a2a"

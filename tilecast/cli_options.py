@@ -141,6 +141,10 @@ def parallel_options(fn: Callable) -> Callable:
                      help="Activation recomputation: selective reruns the attention core "
                      "in the backward, full (also bare --recompute) the whole layer. "
                      "Default: none; --parallel auto takes the least that fits."),
+        click.option("--cp-comm", type=click.Choice(("ring", "a2a")),
+                     help="Context parallelism's exchange: ring (K/V round a ring, under the "
+                     "attention; default) or a2a (all-to-alls of heads, DeepSpeed-Ulysses); "
+                     "--parallel auto tries both unless given."),
         click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
                      show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
     )):

@@ -20,7 +20,13 @@ from ..analyzer.types import Kernel, OpCost
 from ..device_db import Device, load_device
 from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
-from .context import context_kernels, ring_exchanges, sequence_length, shrunk_forward
+from .context import (
+    attention_cores,
+    attention_exchanges,
+    context_kernels,
+    sequence_length,
+    shrunk_forward,
+)
 from .experts import (
     ExpertGroup,
     ExpertPlan,
@@ -124,16 +130,17 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if fusion:
         kernels = fused_backward(kernels, forward, results)
     index = {res.node.name: i for i, res in enumerate(results)}
-    kernels = _rank_kernels(kernels, results, index, layout, plan, r)
+    kernels = _rank_kernels(kernels, results, index, layout, plan, r, s)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))
-    rings = ring_exchanges(results, s, layout.cp) if layout.cp > 1 else ()
+    exchanges = attention_exchanges(results, s, layout.cp, layout.cp_comm, layout.tp) \
+        if layout.cp > 1 else ()
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
-                         internal, plan, layout.cp, rings)
+                         internal, plan, layout.cp, exchanges, layout.cp_comm)
     units = _units(segs, s.layers, layers or s.layers, _period(s, moe))
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
@@ -158,7 +165,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
 
 def _rank_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
                   index: Mapping[str, int], layout: Layout, plan: ExpertPlan | None,
-                  r) -> list[Kernel]:
+                  r, s: Structure) -> list[Kernel]:
     """The kernels one rank runs: its experts on ep x the rows, then 1/cp of the sequence,
     then its tensor-parallel shard (each step reads the forward dims the previous left)."""
     forward: dict = {}
@@ -166,8 +173,9 @@ def _rank_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
         kernels = expert_kernels(kernels, results, plan, index)
         forward = grown_forward(results, plan)
     if layout.cp > 1:
-        kernels = context_kernels(kernels, results, index, layout.cp, forward)
-        forward = shrunk_forward(results, layout.cp, forward)
+        heads = attention_cores(s) if layout.cp_comm == "a2a" else frozenset()
+        kernels = context_kernels(kernels, results, index, layout.cp, forward, heads)
+        forward = shrunk_forward(results, layout.cp, forward, heads)
     return shard_kernels(kernels, results, r, index, layout.tp, forward)
 
 

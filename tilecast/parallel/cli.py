@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from ..errors import TilecastError
 from .api import analyze_parallel
 from .cluster import cluster_for_device, load_cluster
-from .layout import Layout, parse_layout
+from .layout import CP_COMM, Layout, parse_layout
 from .report import render_parallel, render_ranking
 from .search import search
 
@@ -17,8 +17,10 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
                  cluster: str | None, gpus: int | None, global_batch: int | None,
                  layers: int | None, zero: int, sequence_parallel: bool,
                  recompute: str | None, virtual_stages: int = 1, runtime: str = "eager",
-                 fusion: bool = False, overlap_grad_reduce: bool = True) -> str:
-    """``recompute`` None: none for one layout; ``auto`` takes the least that fits."""
+                 fusion: bool = False, overlap_grad_reduce: bool = True,
+                 cp_comm: str | None = None) -> str:
+    """``recompute`` None: none for one layout; ``auto`` takes the least that fits.
+    ``cp_comm`` None: the ring for one layout; ``auto`` tries the ring and the all-to-all."""
     if mode != "training":
         raise TilecastError("--parallel forecasts a training step: add --mode training")
     if cluster is None:
@@ -42,9 +44,10 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
             raise TilecastError("--parallel auto needs --gpus N")
         probe = run(Layout())
         batch = global_batch or gpus * probe.microbatch
+        comms = (cp_comm,) if cp_comm else CP_COMM
         return render_ranking(search(run, gpus, batch, probe.microbatch, recompute=recompute,
                                      experts=probe.experts, sequence=probe.sequence,
-                                     **options), fmt)
+                                     cp_comms=comms, **options), fmt)
     layout = parse_layout(parallel, microbatches=microbatches, virtual_stages=virtual_stages,
-                          recompute=recompute or "none", **options)
+                          recompute=recompute or "none", cp_comm=cp_comm or "ring", **options)
     return render_parallel(run(layout), fmt)

@@ -22,6 +22,7 @@ ZERO_STAGES = (0, 1, 2, 3)  # 0: plain DDP; 3 is FSDP's FULL_SHARD
 # (QK^T, softmax, dropout, attention over V) in the backward and keeps everything else;
 # "full" keeps each layer's input and recomputes the whole layer.
 RECOMPUTE = ("none", "selective", "full")
+CP_COMM = ("ring", "a2a")
 
 
 @dataclass(frozen=True)
@@ -43,6 +44,10 @@ class Layout:
     # Context parallelism (parallel/context.py): the sequence split over cp ranks, which sit
     # between the tensor- and data-parallel ranks in Megatron-core's order (tp, cp, dp, pp).
     cp: int = 1
+    # How the cp ranks share attention: "ring" passes K and V chunks round a ring (Megatron-
+    # core's p2p, overlapped with the attention); "a2a" exchanges heads for sequence with
+    # all-to-alls before and after it (DeepSpeed-Ulysses; Megatron-core's a2a).
+    cp_comm: str = "ring"
 
     def __post_init__(self) -> None:
         for name in ("dp", "tp", "pp", "microbatches", "virtual_stages", "ep", "cp"):
@@ -51,6 +56,9 @@ class Layout:
                 raise TilecastError(f"layout: {name} must be a positive integer, got {value!r}")
         if self.zero not in ZERO_STAGES:
             raise TilecastError(f"layout: zero must be one of 0, 1, 2, 3, got {self.zero!r}")
+        if self.cp_comm not in CP_COMM:
+            raise TilecastError(f"layout: cp_comm must be one of {', '.join(CP_COMM)}, "
+                                f"got {self.cp_comm!r}")
         if self.dp % self.ep:
             raise TilecastError(f"layout: ep={self.ep} must divide dp={self.dp} (the "
                                 f"expert-parallel ranks are data-parallel ranks)")
@@ -88,8 +96,8 @@ class Layout:
                          f",vp={self.virtual_stages}" if self.virtual_stages > 1 else "",
                          ",no-overlap" if self.dp > 1 and not self.overlap_grad_reduce
                          else ""))
-        more = (f",cp={self.cp}" if self.cp > 1 else "") + (f",ep={self.ep}" if self.ep > 1
-                                                            else "")
+        cp = f",cp={self.cp}" + (",a2a" if self.cp_comm == "a2a" else "") if self.cp > 1 else ""
+        more = cp + (f",ep={self.ep}" if self.ep > 1 else "")
         return f"dp={self.dp},tp={self.tp},pp={self.pp}{more},mb={self.microbatches}{extra}"
 
 

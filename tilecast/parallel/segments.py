@@ -11,7 +11,7 @@ import onnx
 from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.training import trainable
-from .context import RingExchange
+from .context import AttentionExchange
 from .experts import ExpertPlan
 from .structure import EPILOGUE, PROLOGUE, Structure
 from .tensor import Roles, segment_of
@@ -45,7 +45,7 @@ class Segment:
     tp_bwd: list[tuple[str, float]] = field(default_factory=list)
     ep_fwd: list[tuple[str, float]] = field(default_factory=list)  # MoE token exchange
     ep_bwd: list[tuple[str, float]] = field(default_factory=list)
-    cp_fwd: list[tuple[str, float]] = field(default_factory=list)  # K/V ring steps
+    cp_fwd: list[tuple[str, float]] = field(default_factory=list)  # K/V ring or all-to-alls
     cp_bwd: list[tuple[str, float]] = field(default_factory=list)
 
     def copy(self) -> Segment:
@@ -235,27 +235,30 @@ def _add_expert_exchange(segs: Mapping, s: Structure, plan: ExpertPlan, split: i
 
 
 def _split_sequence(segs: Mapping, s: Structure, cp: int,
-                    rings: Sequence[RingExchange]) -> None:
+                    exchanges: Sequence[AttentionExchange], comm: str) -> None:
     """A context-parallel rank holds 1/cp of every token's activations and sends 1/cp of
     every token-sized collective; each attention passes K and V chunks round the ring (cp - 1
-    steps forward; K, V and their gradients backward)."""
+    steps forward; K, V and their gradients backward) or exchanges Q, K and V and its output
+    with all-to-alls (``comm`` "a2a")."""
     for seg in segs.values():
         seg.activation_bytes /= cp
         seg.core_activation_bytes /= cp
         seg.hidden_bytes /= cp
         for name in CALLS:
             setattr(seg, name, [(op, nbytes / cp) for op, nbytes in getattr(seg, name)])
-    for ring in rings:
-        seg = segs[s.segment(ring.row)]
-        seg.cp_fwd.extend([("send-recv", ring.kv_bytes / cp)] * (cp - 1))
-        seg.cp_bwd.extend([("send-recv", 2 * ring.kv_bytes / cp)] * (cp - 1))
+    for x in exchanges:
+        seg = segs[s.segment(x.row)]
+        fwd, bwd = x.calls(cp, comm)
+        seg.cp_fwd.extend(fwd)
+        seg.cp_bwd.extend(bwd)
 
 
 def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecast],
                   s: Structure, r: Roles, tp: int, proto: onnx.ModelProto,
                   sequence_parallel: bool, internal: frozenset[int] = frozenset(),
                   plan: ExpertPlan | None = None, cp: int = 1,
-                  rings: Sequence[RingExchange] = ()) -> dict[int | str, Segment]:
+                  exchanges: Sequence[AttentionExchange] = (), cp_comm: str = "ring",
+                  ) -> dict[int | str, Segment]:
     segs: dict[int | str, Segment] = defaultdict(Segment)
     index = {res.node.name: i for i, res in enumerate(results)}
     owner: dict[str, int] = {}
@@ -278,5 +281,5 @@ def segment_costs(results: Sequence[NodeResult], kernels: Sequence[KernelForecas
     for key in (PROLOGUE, EPILOGUE, *range(s.layers)):
         segs[key]  # noqa: B018  (every segment exists, empty or not)
     if cp > 1:
-        _split_sequence(segs, s, cp, rings)
+        _split_sequence(segs, s, cp, exchanges, cp_comm)
     return dict(segs)

@@ -160,22 +160,24 @@ def _recomputed(seg: Segment, layout: Layout) -> tuple[float, float]:
     return 0.0, 0.0
 
 
-def _ring(seg: Segment, layout: Layout, cl: Cluster, stage: int
-          ) -> tuple[float, float, list[CollectiveForecast]]:
+def _context(seg: Segment, layout: Layout, cl: Cluster, stage: int
+             ) -> tuple[float, float, list[CollectiveForecast]]:
     """(exposed forward ms, exposed backward ms, collectives) of one microbatch's
-    context-parallel K/V rings: each step's send/recv runs under the attention of the chunk
-    at hand, so only what the attention cannot cover is exposed. A ring that crosses nodes
-    is paced by its network hop."""
+    context-parallel exchanges. Ring: each step's send/recv runs under the attention of the
+    chunk at hand, so only what the attention cannot cover is exposed; a ring that crosses
+    nodes is paced by its network hop. All-to-all: every call is exposed."""
     if layout.cp == 1:
         return 0.0, 0.0, []
     span = group_span(layout.cp, layout.tp, cl.gpus_per_node)
-    hop = Span(2, 2 if span.nodes == 1 else 1)
+    ring = layout.cp_comm == "ring"
+    where = Span(2, 2 if span.nodes == 1 else 1) if ring else span
     exposed, rows = {}, []
     for phase, calls, hide in (("forward", seg.cp_fwd, seg.core_fwd_ms),
                                ("backward", seg.cp_bwd, seg.core_bwd_ms)):
-        costs = [(op, nbytes, n, collective_cost(op, nbytes, hop, cl))
+        costs = [(op, nbytes, n, collective_cost(op, nbytes, where, cl))
                  for (op, nbytes), n in sorted(Counter(calls).items())]
-        exposed[phase] = max(0.0, sum(n * c.latency_ms for _, _, n, c in costs) - hide)
+        total = sum(n * c.latency_ms for _, _, n, c in costs)
+        exposed[phase] = max(0.0, total - hide) if ring else total
         rows.extend((phase, *x) for x in costs)
     colls = [CollectiveForecast(f"cp.{phase}.{op}.{int(nbytes)}", op, "cp", phase, int(nbytes),
                                 layout.cp, n * layout.microbatches, c.latency_ms, c.algorithm,
@@ -200,9 +202,9 @@ def _stage_time(seg: Segment, i: int, layout: Layout, cl: Cluster
     else:  # selective: the attention cores again (no collective inside them)
         bwd = seg.bwd_ms + _recomputed(seg, layout)[0] + tp_b / M
     fwd = seg.fwd_ms + tp_f / M
-    ring_f, ring_b, ring = _ring(seg, layout, cl, i)
+    ring_f, ring_b, ring = _context(seg, layout, cl, i)
     colls.extend(ring)
-    ring_b += ring_f if layout.recompute != "none" else 0.0  # the rerun attention's ring
+    ring_b += ring_f if layout.recompute != "none" else 0.0  # the rerun attention's exchange
     fwd, bwd = fwd + ring_f, bwd + ring_b
     tp_f, tp_b = tp_f + ring_f * M, tp_b + ring_b * M
     # each of the v chunks on a GPU sends forward and back (the first and last chunk once)
