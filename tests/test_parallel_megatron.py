@@ -126,3 +126,37 @@ def test_a_fused_chain_keeps_its_input_not_its_intermediates():
                                      fusion=fusion).ranks[0].memory.activations
                     for fusion in (False, True))
     assert plain - fused == 2 * 8 * 64 * 4
+
+
+def test_cross_entropy_kernels_follow_megatron():
+    from tilecast.parallel.loss import cross_entropy
+
+    # 16 tokens of a 100-word vocabulary over tp=2: 50 logits per rank, in fp32
+    lk = cross_entropy(16, 100, "float32", 2)
+    n = 16 * 50
+    assert [k.op_type for k in lk.forward] == ["ReduceMax", "Sub", "Exp", "ReduceSum", "Div"]
+    # max and sum read the slice once (and write a per-token vector); sub, exp, div read and
+    # write it in place; the backward scales the saved softmax in place
+    assert [k.cost.bytes for k in lk.forward] == [4 * (n + 16), 8 * n, 8 * n, 4 * (n + 16),
+                                                  8 * n]
+    assert [k.cost.bytes for k in lk.backward] == [8 * n]
+    assert lk.saved_bytes == 4 * n and lk.all_reduces == (("all-reduce", 64.0),) * 3
+    half = cross_entropy(16, 100, "bfloat16", 1)  # logits.float() and the gradient cast back
+    assert half.forward[0].op_type == "Cast" and half.backward[-1].op_type == "Cast"
+    assert half.forward[0].cost.bytes == (2 + 4) * 16 * 100 and half.all_reduces == ()
+
+
+def test_the_step_computes_the_loss_after_the_lm_head():
+    from tilecast.analyzer.synthetic import gpt2_like
+
+    model = gpt2_like(layers=2, hidden=64, heads=4, seq=32, batch=2, vocab=1000)
+    kw = dict(cluster=make_cluster(), predictor="roofline", optimizer="adam")
+    with_loss = analyze_parallel(model, Layout(tp=2), **kw)
+    without = analyze_parallel(model, Layout(tp=2), loss=False, **kw)
+    # per rank: 64 tokens x 500 logits, 5 forward FLOPs per logit and 1 backward
+    assert with_loss.ranks[0].flops - without.ranks[0].flops == 6 * 64 * 500
+    assert with_loss.step_ms > without.step_ms
+    # the per-token max, target logit and exp sum: three all-reduces of 64 x 4 bytes
+    counts = [sum(c.count for c in f.collectives if c.op == "all-reduce" and c.bytes == 256)
+              for f in (with_loss, without)]
+    assert counts[0] - counts[1] == 3

@@ -16,7 +16,7 @@ from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predi
 from ..analyzer.predictor import Predictor
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
-from ..analyzer.types import Kernel, OpCost
+from ..analyzer.types import Kernel, OpCost, TensorInfo
 from ..device_db import Device, load_device
 from ..errors import TilecastError
 from .cluster import Cluster, load_cluster
@@ -37,6 +37,7 @@ from .experts import (
 )
 from .forecast import ParallelForecast
 from .layout import Layout
+from .loss import cross_entropy
 from .megatron import MEGATRON_FUSION, fused_backward, fused_internal
 from .segments import Segment, segment_costs
 from .stages import build_stages
@@ -86,6 +87,26 @@ def _fused_update(units: Sequence[Segment], optimizer: str, dtype: str, pred: Pr
         u.update_ms = per_byte * u.update_bytes
 
 
+def _add_loss(last: Segment, logits: TensorInfo, layout: Layout, pred: Predictor,
+               device: Device, runtime: str) -> None:
+    """The cross entropy on the last layer's segment: its kernels on this rank's tokens and
+    vocabulary slice, its saved softmax and its tensor-parallel all-reduces."""
+    if not logits.shape or not logits.known:
+        return
+    vocab = logits.shape[-1]
+    lk = cross_entropy(logits.numel // vocab // layout.cp, vocab, logits.dtype, layout.tp)
+    for kernels, phase in ((lk.forward, "forward"), (lk.backward, "backward")):
+        ms = sum(p.latency_ms for p in apply_runtime(pred.predict(list(kernels), device),
+                                                     device, runtime))
+        flops = sum(k.flops for k in kernels)
+        if phase == "forward":
+            last.fwd_ms, last.fwd_flops = last.fwd_ms + ms, last.fwd_flops + flops
+        else:
+            last.bwd_ms, last.bwd_flops = last.bwd_ms + ms, last.bwd_flops + flops
+    last.activation_bytes += lk.saved_bytes
+    last.tp_fwd.extend(lk.all_reduces)
+
+
 def _batch(graph) -> int:
     shapes = [t.shape for t in graph.inputs if t.shape]
     return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
@@ -98,7 +119,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      predictor: str | os.PathLike[str] | Predictor | None = None,
                      optimizer: str = "adam", layers: int | None = None,
                      clip_grad: bool = True, fusion: bool = False,
-                     fused_optimizer: bool = True, runtime: str = "eager") -> ParallelForecast:
+                     fused_optimizer: bool = True, runtime: str = "eager",
+                     loss: bool = True) -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth;
@@ -109,7 +131,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     ``fused_optimizer`` forecasts the optimizer step as multi-tensor kernels (Megatron-LM's
     apex FusedAdam, PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per
     parameter without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or
-    graph) issues each rank's kernels as ``tilecast analyze --runtime`` does.
+    graph) issues each rank's kernels as ``tilecast analyze --runtime`` does. ``loss`` adds
+    Megatron-LM's vocabulary-parallel cross entropy after the LM head (``loss.py``).
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -142,6 +165,9 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     segs = segment_costs(results, kf, s, r, layout.tp, proto, layout.sequence_parallel,
                          internal, plan, layout.cp, exchanges, layout.cp_comm)
     units = _units(segs, s.layers, layers or s.layers, _period(s, moe))
+    if loss and s.lm_head is not None:
+        _add_loss(units[-1], results[s.lm_head].node.outputs[0], layout, pred, cl.device,
+                  runtime)
     if s.layers == 1 and (layers or 1) > 1:
         warnings.append("repeating the only layer of a one-layer graph leaves out the norm and "
                         "residual add that sit outside it: export two layers")
