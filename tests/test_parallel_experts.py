@@ -182,6 +182,37 @@ def test_layer_replication_repeats_the_dense_moe_pattern():
     assert fwd.count == 3 * 2
 
 
+def _structure(layers):
+    """A Structure whose layer i holds layers[i] attention blocks and one MLP."""
+    from tilecast.parallel.structure import Block, Structure
+
+    blocks, starts, node = [], [], 0
+    for count in layers:
+        starts.append(node)
+        for kind in ["attention"] * count + ["mlp"]:
+            blocks.append(Block(kind, (node,), node + 1, frozenset(), 4 if kind != "mlp"
+                                else 0))
+            node += 2
+    return Structure(tuple(blocks), tuple(starts), node - 1, None, frozenset(), (), ())
+
+
+@pytest.mark.parametrize("attention, moe_layers, period", [
+    ([1, 1, 1], set(), 1),  # a decoder-only or encoder-only stack
+    ([1, 1, 1, 1], {1, 3}, 2),  # an MoE layer every second layer
+    ([1, 1, 2, 2], set(), 4),  # 2 encoder + 2 decoder layers (cross-attention): the whole
+    ([1, 1, 2, 2], {1, 3}, 4),  # graph, so that both stacks grow together
+])
+def test_replication_period_follows_the_layer_kinds(attention, moe_layers, period):
+    from types import SimpleNamespace
+
+    from tilecast.parallel.api import _period
+
+    s = _structure(attention)
+    rows = {i: min(b.row for b in s.blocks if s.segment(b.row) == i) for i in moe_layers}
+    moe = [SimpleNamespace(rows=(rows[i],)) for i in moe_layers]
+    assert _period(s, moe) == period
+
+
 @pytest.mark.parametrize("layout, model, needle", [
     (dict(dp=2, ep=4), None, "must divide dp"),
     (dict(dp=3, ep=3), None, "does not divide the 4 experts"),

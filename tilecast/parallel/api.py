@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
@@ -124,7 +125,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth;
-    where MoE layers alternate with dense ones, the first such pair or run is repeated).
+    where the layers differ in kind, MoE or dense, with or without cross-attention, their
+    shortest repeating run is repeated instead).
     ``fusion`` forecasts Megatron-LM's fused kernels (``megatron.py``: fused elementwise
     chains such as bias-GeLU and bias-dropout-add; the scale-mask-softmax, forward and
     backward, in 16-bit only).
@@ -225,12 +227,15 @@ def _check_structure(results: Sequence[NodeResult], s: Structure, layout: Layout
 
 
 def _period(s: Structure, moe: Sequence[ExpertGroup]) -> int:
-    """The shortest run of layers whose dense / MoE pattern the graph repeats (1 for a model
-    whose layers are all alike; 2 for Switch's MoE layer every second layer)."""
+    """The shortest run of layers whose pattern the graph repeats, a layer's kind being its
+    attention blocks (two in a decoder layer with cross-attention) and whether it is MoE: 1
+    for a model whose layers are all alike, 2 for Switch's MoE layer every second layer, the
+    whole graph for an encoder-decoder (so its encoder and decoder layers grow together)."""
     if not s.layers:
         return 1
     moe_layers = {s.segment(min(g.rows)) for g in moe}
-    kinds = [i in moe_layers for i in range(s.layers)]
+    attention = Counter(s.segment(b.row) for b in s.blocks if b.kind == "attention")
+    kinds = [(i in moe_layers, attention[i]) for i in range(s.layers)]
     return next(p for p in range(1, s.layers + 1)
                 if all(kinds[i] == kinds[i % p] for i in range(s.layers)))
 
