@@ -155,6 +155,10 @@ def test_the_step_computes_the_loss_after_the_lm_head():
     without = analyze_parallel(model, Layout(tp=2), loss=False, **kw)
     # per rank: 64 tokens x 500 logits, 5 forward FLOPs per logit and 1 backward
     assert with_loss.ranks[0].flops - without.ranks[0].flops == 6 * 64 * 500
+    # context parallel: each rank's loss covers its 32 tokens
+    cp = [analyze_parallel(model, Layout(tp=2, cp=2), loss=flag, **kw).ranks[0].flops
+          for flag in (True, False)]
+    assert cp[0] - cp[1] == 6 * 32 * 500
     assert with_loss.step_ms > without.step_ms
     # the per-token max, target logit and exp sum: three all-reduces of 64 x 4 bytes
     counts = [sum(c.count for c in f.collectives if c.op == "all-reduce" and c.bytes == 256)
