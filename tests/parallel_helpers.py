@@ -4,8 +4,10 @@ cluster, and a predictor that records what it was asked."""
 from __future__ import annotations
 
 import onnx.parser
+from click.testing import CliRunner, Result
 
 from tilecast.analyzer.predictor import RooflinePredictor
+from tilecast.cli import main
 from tilecast.parallel.cluster import parse_cluster
 
 
@@ -83,3 +85,11 @@ class Recording(RooflinePredictor):
     def predict(self, kernels, device):
         self.kernels = list(kernels)
         return super().predict(kernels, device)
+
+
+def analyze_cli(path, parallel: str, *extra: str) -> Result:
+    """``tilecast analyze PATH --mode training --parallel PARALLEL`` on the dgx-a100 preset
+    with the roofline predictor, plus ``extra`` options."""
+    return CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
+                                     parallel, "--cluster", "dgx-a100", "--predictor",
+                                     "roofline", *extra])

@@ -8,10 +8,8 @@ import json
 import onnx
 import onnx.parser
 import pytest
-from click.testing import CliRunner
-from parallel_helpers import Recording, make_cluster, tiny_model
+from parallel_helpers import Recording, analyze_cli, make_cluster, tiny_model
 
-from tilecast.cli import main
 from tilecast.errors import TilecastError
 from tilecast.parallel import analyze_parallel
 from tilecast.parallel.layout import Layout, parse_layout
@@ -130,18 +128,12 @@ def test_parse_label_and_search_carry_cp():
 def test_cli_json_reports_cp_and_the_ring(tmp_path):
     path = tmp_path / "tiny.onnx"
     onnx.save(tiny_model(), str(path))
-    out = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
-                                    "dp=2,cp=2", "--cluster", "dgx-a100", "--predictor",
-                                    "roofline", "--format", "json"])
+    out = analyze_cli(path, "dp=2,cp=2", "--format", "json")
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert doc["layout"]["cp"] == 2 and doc["gpus"] == 4 and doc["sequence"] == 8
     assert {c["op"] for c in doc["collectives"] if c["group"] == "cp"} == {"send-recv"}
-    table = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
-                                      "--parallel", "dp=2,cp=2", "--cluster", "dgx-a100",
-                                      "--predictor", "roofline"])
+    table = analyze_cli(path, "dp=2,cp=2")
     assert "sequence   8 tokens, 4 per rank (cp 2)" in table.output
-    a2a = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
-                                    "dp=2,cp=2", "--cp-comm", "a2a", "--cluster", "dgx-a100",
-                                    "--predictor", "roofline", "--format", "json"])
+    a2a = analyze_cli(path, "dp=2,cp=2", "--cp-comm", "a2a", "--format", "json")
     assert json.loads(a2a.output)["layout"]["cp_comm"] == "a2a"

@@ -7,11 +7,16 @@ import json
 
 import onnx.parser
 import pytest
-from click.testing import CliRunner
-from parallel_helpers import Recording, _layer, _weights, make_cluster, tiny_model
+from parallel_helpers import (
+    Recording,
+    _layer,
+    _weights,
+    analyze_cli,
+    make_cluster,
+    tiny_model,
+)
 
 from tilecast.analyzer.types import MatmulDims
-from tilecast.cli import main
 from tilecast.errors import TilecastError
 from tilecast.parallel import analyze_parallel
 from tilecast.parallel.api import _graph
@@ -240,19 +245,14 @@ def test_auto_search_tries_expert_degrees_only_for_moe_models():
 def test_cli_json_reports_ep_and_the_all_to_alls(tmp_path):
     path = tmp_path / "moe.onnx"
     onnx.save(moe_model(), str(path))
-    out = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
-                                    "dp=4,ep=2", "--cluster", "dgx-a100", "--predictor",
-                                    "roofline", "--format", "json"])
+    out = analyze_cli(path, "dp=4,ep=2", "--format", "json")
     assert out.exit_code == 0, out.output
     doc = json.loads(out.output)
     assert doc["layout"]["ep"] == 2 and doc["experts"] == EXPERTS
     assert {c["group"] for c in doc["collectives"] if c["op"] == "all-to-all"} == {"ep"}
-    table = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
-                                      "--parallel", "dp=4,ep=2", "--cluster", "dgx-a100",
-                                      "--predictor", "roofline"])
+    table = analyze_cli(path, "dp=4,ep=2")
     assert "experts    4 per MoE layer, 2 per rank (ep 2)" in table.output
-    bad = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
-                                    "dp=4,ep=3", "--cluster", "dgx-a100"])
+    bad = analyze_cli(path, "dp=4,ep=3")
     assert bad.exit_code == 2 and bad.output.count("Error:") == 1
 
 

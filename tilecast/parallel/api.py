@@ -43,7 +43,7 @@ from .megatron import MEGATRON_FUSION, fused_backward, fused_internal
 from .segments import Segment, segment_costs
 from .stages import build_stages
 from .structure import EPILOGUE, PROLOGUE, Structure, recognize
-from .tensor import check_divisible, roles, shard_kernels
+from .tensor import Roles, check_divisible, roles, shard_kernels
 
 
 def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None,
@@ -193,7 +193,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
 
 def _rank_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
                   index: Mapping[str, int], layout: Layout, plan: ExpertPlan | None,
-                  r, s: Structure) -> list[Kernel]:
+                  r: Roles, s: Structure) -> list[Kernel]:
     """The kernels one rank runs: its experts on ep x the rows, then 1/cp of the sequence,
     then its tensor-parallel shard (each step reads the forward dims the previous left)."""
     forward: dict = {}

@@ -114,10 +114,6 @@ class ExpertPlan:
     remote_tensors: frozenset[str]
     expert_weights: frozenset[str]  # the local experts' parameters
 
-    @property
-    def experts(self) -> int:
-        return max((g.experts for g in self.groups), default=0)
-
 
 def plan_experts(results: Sequence[NodeResult], groups: Sequence[ExpertGroup], ep: int,
                  ) -> ExpertPlan:

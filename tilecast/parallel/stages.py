@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from ..analyzer.types import DTYPE_SIZE
 from .cluster import Cluster
@@ -29,6 +30,17 @@ def _stage(units: Sequence[Segment]) -> Segment:
     return out
 
 
+def _priced(group: str, ranks: int, phase: str, calls: Sequence[tuple[str, float]],
+            where: Span, layout: Layout, cl: Cluster, stage: int) -> list[CollectiveForecast]:
+    """One microbatch's ``calls`` (op, bytes per rank) of one phase, priced on ``where`` and
+    counted per step (M microbatches); marked exposed."""
+    return [CollectiveForecast(f"{group}.{phase}.{op}.{int(nbytes)}", op, group, phase,
+                               int(nbytes), ranks, n * layout.microbatches, c.latency_ms,
+                               c.algorithm, c.link, True, stage)
+            for (op, nbytes), n in sorted(Counter(calls).items())
+            for c in (collective_cost(op, nbytes, where, cl),)]
+
+
 def _sync_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
                       ) -> list[CollectiveForecast]:
     """The collectives inside a microbatch's forward and backward, which the next kernel
@@ -41,12 +53,7 @@ def _sync_collectives(seg: Segment, layout: Layout, cl: Cluster, stage: int
             ("ep", layout.ep, group_span(layout.ep, layout.tp * layout.cp, cl.gpus_per_node),
              seg.ep_fwd, seg.ep_bwd)):
         for phase, calls in (("forward", fwd), ("backward", bwd)):
-            for (op, nbytes), n in sorted(Counter(calls).items()):
-                c = collective_cost(op, nbytes, span, cl)
-                out.append(CollectiveForecast(f"{group}.{phase}.{op}.{int(nbytes)}", op, group,
-                                              phase, int(nbytes), ranks,
-                                              n * layout.microbatches, c.latency_ms,
-                                              c.algorithm, c.link, True, stage))
+            out.extend(_priced(group, ranks, phase, calls, span, layout, cl, stage))
     return out
 
 
@@ -171,18 +178,13 @@ def _context(seg: Segment, layout: Layout, cl: Cluster, stage: int
     span = group_span(layout.cp, layout.tp, cl.gpus_per_node)
     ring = layout.cp_comm == "ring"
     where = Span(2, 2 if span.nodes == 1 else 1) if ring else span
-    exposed, rows = {}, []
+    exposed, colls = {}, []
     for phase, calls, hide in (("forward", seg.cp_fwd, seg.core_fwd_ms),
                                ("backward", seg.cp_bwd, seg.core_bwd_ms)):
-        costs = [(op, nbytes, n, collective_cost(op, nbytes, where, cl))
-                 for (op, nbytes), n in sorted(Counter(calls).items())]
-        total = sum(n * c.latency_ms for _, _, n, c in costs)
+        priced = _priced("cp", layout.cp, phase, calls, where, layout, cl, stage)
+        total = sum(c.count // layout.microbatches * c.latency_ms for c in priced)
         exposed[phase] = max(0.0, total - hide) if ring else total
-        rows.extend((phase, *x) for x in costs)
-    colls = [CollectiveForecast(f"cp.{phase}.{op}.{int(nbytes)}", op, "cp", phase, int(nbytes),
-                                layout.cp, n * layout.microbatches, c.latency_ms, c.algorithm,
-                                c.link, exposed[phase] > 0, stage)
-             for phase, op, nbytes, n, c in rows]
+        colls.extend(replace(c, exposed=exposed[phase] > 0) for c in priced)
     return exposed["forward"], exposed["backward"], colls
 
 
