@@ -334,6 +334,7 @@ BAD = [
     ("no power source", _drop_source("board_power_w"), "'board_power_w' has no entry in 'sour"),
     ("share above 1", _set("fp32_issue_share", 2.0), "'fp32_issue_share' is a fraction"),
     ("fraction above 1", _set("matrix_sustained_fraction", 1.2), "'matrix_sustained_fraction' is"),
+    ("fp32 fraction above 1", _set("fp32_sustained_fraction", 1.1), "'fp32_sustained_fraction' is"),
     ("zero power", _set("board_power_w", 0), "'board_power_w' must be a positive"),
     ("base above boost", _set("base_clock_mhz", 2100), "'base_clock_mhz' (2100.0) must not exce"),
     ("bad memory type", _set("memory_type", "HBM"), "'memory_type' must be one of HBM2, HBM2e"),
@@ -361,7 +362,8 @@ def test_null_value_needs_no_source(tmp_path: Path) -> None:
     assert load_device(_write(tmp_path, obj)).peak_tflops_fp8_matrix is None
 
 
-PHYSICAL = ("base_clock_mhz", "board_power_w", "fp32_issue_share", "matrix_sustained_fraction")
+PHYSICAL = ("base_clock_mhz", "board_power_w", "fp32_issue_share", "matrix_sustained_fraction",
+            "fp32_sustained_fraction")
 
 
 def test_physical_fields_are_optional(tmp_path: Path) -> None:
@@ -371,7 +373,7 @@ def test_physical_fields_are_optional(tmp_path: Path) -> None:
         obj.pop(key)
         obj["sources"].pop(key)
     device = load_device(_write(tmp_path, obj))
-    assert [getattr(device, key) for key in PHYSICAL] == [None] * 4
+    assert [getattr(device, key) for key in PHYSICAL] == [None] * len(PHYSICAL)
 
 
 @pytest.mark.parametrize("device", list_devices(), ids=lambda d: d.name)
@@ -387,6 +389,9 @@ def test_shipped_physical_fields(device: Device) -> None:
     assert device.base_clock_mhz is None or device.base_clock_mhz <= device.boost_clock_mhz
     # a sustained fraction of a matrix peak needs a matrix peak
     assert fraction is None or device.peak_tflops_fp16_matrix is not None
+    # the SIMT SGEMM fraction is NVIDIA's: AMD fp32 GEMMs run on matrix cores
+    simt = device.fp32_sustained_fraction
+    assert simt is None or (0 < simt <= 1 and device.vendor == "nvidia")
 
 
 def test_memory_type_is_optional_and_says_hbm(tmp_path: Path) -> None:

@@ -61,6 +61,9 @@ class Device:
     fp32_issue_share: float | None = None
     # Fraction of the dense fp16/bf16 matrix peak that large vendor-BLAS GEMMs sustain.
     matrix_sustained_fraction: float | None = None
+    # Fraction of peak_tflops_fp32 that large SIMT SGEMMs (vendor BLAS) sustain: a ceiling on
+    # any fp32 SIMT GEMM forecast (learned/simt.py), never a target.
+    fp32_sustained_fraction: float | None = None
     # DRAM technology from the datasheet (one of MEMORY_TYPES); not a predictor feature yet
     # (docs/devices.md).
     memory_type: str | None = None

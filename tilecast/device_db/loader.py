@@ -180,7 +180,7 @@ def _check_enums(values: Mapping[str, Any], origin: str) -> None:
                          "(e.g. float32, float16, bfloat16, float8e4m3fn, int8)")
 
 
-_FRACTION_FIELDS = ("fp32_issue_share", "matrix_sustained_fraction")
+_FRACTION_FIELDS = ("fp32_issue_share", "matrix_sustained_fraction", "fp32_sustained_fraction")
 
 
 def _check_physical(values: Mapping[str, Any], origin: str) -> None:

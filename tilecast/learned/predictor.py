@@ -21,7 +21,7 @@ from ..device_db.device import MATRIX_DTYPES, Device
 from ..errors import PredictorError
 from . import conv as cv
 from . import features as ft
-from . import tensor_core
+from . import simt, tensor_core
 from . import tiles as tl
 from .device_columns import uses_matrix_units
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
@@ -96,8 +96,19 @@ class OnnxPredictor:
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = route(kernels, conv_model=self.conv_tree is not None)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
-        feats, outs = _fastest(feats, self._run(feats))
+        outs = self._run(feats)
+        self._simt_ceiling(feats, outs, device)
+        feats, outs = _fastest(feats, outs)
         return self._collect(kernels, routed, feats, outs, device)
+
+    def _simt_ceiling(self, feats: dict, outs: dict[str, np.ndarray], device: Device) -> None:
+        """fp32 SIMT GEMM candidates held to the GPU's sourced sustained rate (``simt.py``),
+        before the fastest candidate is picked: the ceiling depends on the tile's waves."""
+        if "matmul" not in feats or device.fp32_sustained_fraction is None:
+            return
+        f = feats["matmul"][0]
+        simt.hold_to_sustained(f, outs, io_names("matmul"), device.fp32_sustained_fraction,
+                               self._host_ms("matmul", f, device))
 
     def _run(self, feats: dict) -> dict[str, np.ndarray]:
         feed = {}

@@ -1,0 +1,54 @@
+"""fp32 SIMT GEMMs no faster than the GPU's sourced sustained SGEMM rate.
+
+The learned compute utilization of an fp32 SIMT GEMM comes from the five NVIDIA training GPUs
+(Pascal to GA100). On a GPU outside them it is extrapolated, and on Hopper it overshoots: the
+learned form ran an 8192^3 SGEMM on the H100 SXM at 0.87 of its fp32 peak, where a public cuBLAS
+sweep measures 0.77 (``Device.fp32_sustained_fraction``, sourced per GPU, docs/devices.md). A
+large square GEMM is SIMT's best case, so where that fraction is sourced, no fp32 SIMT GEMM
+runs its FLOPs faster than that fraction of the peak:
+
+    gpu_ms >= roof_compute_ms / fraction        (roof_compute_ms: the FLOPs at the fp32 peak)
+
+The measured fraction already holds the sweep's tile quantization and launch, so the bound is
+on the plain FLOPs, not on the whole waves of the forecast's tile.
+
+It is a ceiling on speed, not a target: on the training GPUs and the L4 the learned form sits at
+or within 1 % above it, so it binds in earnest only where the form extrapolates past the
+measured hardware (docs/predictor.md, "The SIMT ceiling", has the evidence either way).
+Both sides grow with the work, so their maximum does too (monotone), and ``fraction <= 1``
+keeps the forecast above the roofline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .features import FEATURES, Features
+from .form import Q_HOST
+from .tensor_core import smooth_max
+
+_TENSOR_CORE = FEATURES["matmul"].index("tensor_core")
+_LOG2_ITEMSIZE = FEATURES["matmul"].index("log2_itemsize_bytes")
+
+
+def simt_fp32_rows(f: Features) -> np.ndarray:
+    """Rows of the matmul family that run fp32 on SIMT units (not tensor / matrix cores)."""
+    return (f.x[:, _TENSOR_CORE] == 0) & (f.x[:, _LOG2_ITEMSIZE] == 2)
+
+
+def hold_to_sustained(f: Features, outs: dict[str, np.ndarray], names: dict[str, str],
+                      fraction: float, host_ms: np.ndarray) -> np.ndarray:
+    """Raise the forecasts of the fp32 SIMT rows of ``f`` that beat ``fraction`` of the fp32
+    peak to that rate, in place in ``outs`` (the graph's outputs, keyed by ``names``); returns
+    the rows it held."""
+    gpu = outs[names["gpu_ms"]].astype(np.float64)
+    floor = f.roof_compute_ms / fraction
+    held = simt_fp32_rows(f) & (floor > gpu)
+    if held.any():
+        gpu = np.where(held, floor, gpu)
+        latency = np.where(held, smooth_max(host_ms, gpu, Q_HOST), outs[names["latency_ms"]])
+        u_c = np.where(held, np.minimum(outs[names["u_compute"]], fraction),
+                       outs[names["u_compute"]])
+        for key, values in (("gpu_ms", gpu), ("latency_ms", latency), ("u_compute", u_c)):
+            outs[names[key]] = values.astype(outs[names[key]].dtype)
+    return held
