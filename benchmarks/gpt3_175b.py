@@ -10,7 +10,8 @@ A 175B graph is never exported layer by layer: the model is exported with two tr
 layers (hidden 12288, 96 heads, seq 2048, vocab 51200, fp16; weights never materialized) and
 the forecast repeats the first layer up to 96 (tilecast.parallel's ``layers``), with the
 embedding and LM head forecast once. Prints the forecast's wall time (export excluded: it is
-cached under ~/.cache/tilecast/exports), step time, per-GPU memory and TFLOP/s per GPU.
+cached under ~/.cache/tilecast/exports), step time, per-GPU memory, TFLOP/s per GPU and the
+300-billion-token run those steps add up to (the paper's estimate: 34 days).
 """
 
 from __future__ import annotations
@@ -28,6 +29,9 @@ CONFIG = {
     "n_layer": 96, "n_positions": 2048, "vocab_size": 51200, "layer_norm_epsilon": 1e-05,
 }
 PAPER_TFLOPS = 140.0  # Narayanan et al. SC'21 Table 1, 175B row (t=8, p=8, 1024 GPUs)
+# Narayanan et al. SC'21 Section 5.1: GPT-3 175B on 300 billion tokens with 1024 A100s at
+# batch 1536 takes an estimated 34 days (their equation 4, 8TP / (nX) at X = 140 TFLOP/s).
+PAPER_TOKENS, PAPER_DAYS = 300e9, 34.0
 
 
 def export_graph(cache: Path, layers_exported: int = 2, dtype: str = "float16") -> Path:
@@ -82,6 +86,11 @@ def main() -> None:
     tf = f.tflops_per_gpu
     print(f"throughput              {tf:.1f} TFLOP/s per GPU (paper: {PAPER_TFLOPS:.0f}; "
           f"{(tf - PAPER_TFLOPS) / PAPER_TFLOPS * 100:+.1f} %)")
+    from tilecast.parallel import plan_run
+
+    run = plan_run(f, PAPER_TOKENS)
+    print(f"300B-token run          {run.steps:,} steps, {run.days:.1f} days, "
+          f"{run.gpu_hours:,.0f} GPU-hours (paper's estimate: {PAPER_DAYS:.0f} days)")
     inter = forecast(path, args.predictor, virtual_stages=2)
     print(f"interleaved (2 chunks)  {inter.step_ms / 1e3:.2f} s, "
           f"{inter.tflops_per_gpu:.1f} TFLOP/s per GPU")

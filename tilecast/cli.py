@@ -67,7 +67,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
       tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
       tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
-      tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100
+      tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100 \
+        --train-tokens 300B
       tilecast analyze switch.onnx --mode training --parallel dp=8,ep=4 --cluster dgx-h100
       tilecast analyze llama.onnx --mode training --parallel dp=2,tp=2,cp=2 --cluster dgx-h100
       tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict

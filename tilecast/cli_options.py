@@ -147,6 +147,8 @@ def parallel_options(fn: Callable) -> Callable:
                      "--parallel auto tries both unless given."),
         click.option("--virtual-stages", type=click.IntRange(min=1), default=1,
                      show_default=True, help="Interleaved 1F1B: model chunks per GPU."),
+        click.option("--train-tokens", help="Also forecast a whole run of this many tokens "
+                     "(e.g. 300B, 1.5T, 3e11): steps, days and GPU-hours at the step time."),
     )):
         fn = opt(fn)
     return fn

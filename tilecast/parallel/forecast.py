@@ -10,6 +10,7 @@ from ..analyzer.forecast import KernelForecast
 from ..analyzer.types import Kernel, OpCost
 from .cluster import Cluster
 from .layout import Layout
+from .run import TrainingRun
 
 GIB = 2**30  # HBM capacities are binary: an "80GB" A100 reports 81920 MiB
 
@@ -115,6 +116,7 @@ class ParallelForecast:
     runtime: str = "eager"  # how each rank issues its kernels (analyzer.runtime)
     experts: int = 0  # experts per MoE layer of the graph (0: a dense model)
     sequence: int = 0  # the attention's query length (0: no attention recognized)
+    run: TrainingRun | None = None  # a whole run at this step (``run.plan_run``), if asked
 
     @property
     def step_ms(self) -> float:
@@ -163,6 +165,7 @@ class ParallelForecast:
             "ranks": [r.to_dict() for r in self.ranks],
             "collectives": [x.to_dict() for x in self.collectives],
             "warnings": list(self.warnings),
+            "run": self.run.to_dict() if self.run is not None else None,
         }
 
     def to_json(self) -> str:

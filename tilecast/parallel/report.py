@@ -65,6 +65,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
             ("predictor", f.predictor), ("runtime", f.runtime),
             ("step", f"{f.step_ms:.3f} ms"),
             ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU"),
+            *([("run", f.run.summary())] if f.run is not None else []),
             ("memory", f"{m.total / GIB:.2f} GiB of {m.capacity / GIB:.0f} GiB per GPU "
                        f"(weights {m.weights / GIB:.2f}, grads {m.gradients / GIB:.2f}, "
                        f"optimizer {m.optimizer / GIB:.2f}, activations "
@@ -100,10 +101,13 @@ def render_ranking(found: Sequence[ParallelForecast], fmt: str) -> str:
         import json
 
         return json.dumps([f.to_dict() for f in found], indent=2) + "\n"
-    header = ("rank", "layout", "step_ms", "tflops_per_gpu", "memory_gib")
+    days = bool(found) and all(f.run is not None for f in found)
+    header = ("rank", "layout", "step_ms", "tflops_per_gpu", "memory_gib",
+              *(("run_days",) if days else ()))
     fit = [f for f in found if f.fits]
     rows = [[str(i), f.layout.label(), f"{f.step_ms:.3f}", f"{f.tflops_per_gpu:.1f}",
-             f"{max(r.memory.total for r in f.ranks) / GIB:.2f}"]
+             f"{max(r.memory.total for r in f.ranks) / GIB:.2f}",
+             *([f"{f.run.days:.2f}"] if days and f.run is not None else [])]
             for i, f in enumerate(fit, 1)]
     if fmt == "csv":
         buf = io.StringIO()
