@@ -22,7 +22,8 @@ def test_token_counts(text: str, tokens: float) -> None:
     assert parse_tokens(text) == pytest.approx(tokens)
 
 
-@pytest.mark.parametrize("text", ["abc", "-5", "0", "1.5X", "", "3 B tokens"])
+@pytest.mark.parametrize("text", ["abc", "-5", "0", "1.5X", "", "3 B tokens", "1e400", "2e15",
+                                  "nan", "inf"])
 def test_bad_token_counts_name_the_value(text: str) -> None:
     with pytest.raises(ConfigError, match="--train-tokens"):
         parse_tokens(text)

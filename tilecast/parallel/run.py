@@ -17,6 +17,8 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from .forecast import ParallelForecast
 
+# A quadrillion tokens: far past any corpus, and every count below it stays a finite float.
+MAX_TOKENS = 1e15
 _SUFFIX = {"": 1.0, "k": 1e3, "m": 1e6, "b": 1e9, "g": 1e9, "t": 1e12}
 _TOKENS = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kmbgt]?)\s*$", re.IGNORECASE)
 
@@ -65,8 +67,9 @@ def parse_tokens(text: str) -> float:
         raise ConfigError(f"--train-tokens {text!r} is not a token count (e.g. 300B, 1.5T, "
                           "3e11)")
     tokens = float(m.group(1)) * _SUFFIX[m.group(2).lower()]
-    if not tokens > 0:
-        raise ConfigError(f"--train-tokens {text!r} must be more than 0")
+    if not 0 < tokens <= MAX_TOKENS:
+        raise ConfigError(f"--train-tokens {text!r} must be more than 0 and at most "
+                          f"{MAX_TOKENS:.0e}")
     return tokens
 
 
