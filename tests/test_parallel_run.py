@@ -1,5 +1,5 @@
-"""A whole training run at the forecast step: token counts, steps, days, GPU-hours
-(tilecast.parallel.run)."""
+"""What a planner reads off a step forecast: the whole training run (token counts, steps, days,
+GPU-hours; tilecast.parallel.run) and the share of the GPU's peak the step achieves."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 from dataclasses import replace
 
 import onnx
+import onnx.parser
 import pytest
-from parallel_helpers import analyze_cli, make_cluster, tiny_model
+from parallel_helpers import TINY_FP16, analyze_cli, make_cluster, tiny_model
 
 from tilecast.errors import ConfigError
 from tilecast.parallel import Layout, TrainingRun, analyze_parallel, parse_tokens, plan_run
@@ -66,3 +67,24 @@ def test_cli_prints_and_writes_the_run(tmp_path) -> None:
     assert "run_days" in ranking.output.splitlines()[0]
     bad = analyze_cli(path, "dp=2", "--train-tokens", "lots")
     assert bad.exit_code != 0 and "Error: --train-tokens 'lots' is not a token count" in bad.output
+
+
+@pytest.mark.parametrize(("model", "peak"), [
+    (tiny_model, 19.5),  # fp32 GEMMs on the A100 SXM4 80GB: the SIMT peak
+    (lambda: onnx.parser.parse_model(TINY_FP16), 312.0),  # fp16: the tensor-core peak
+])
+def test_utilization_is_a_share_of_the_gemm_dtype_peak(model, peak: float) -> None:
+    f = analyze_parallel(model(), Layout(dp=2), cluster=make_cluster(), predictor="roofline",
+                         optimizer="adam")
+    assert f.peak_tflops == peak
+    assert f.flops_utilization == pytest.approx(f.tflops_per_gpu / peak)
+    doc = f.to_dict()
+    assert doc["peak_tflops"] == peak and doc["flops_utilization"] > 0
+    assert replace(f, peak_tflops=0.0).flops_utilization is None
+
+
+def test_cli_prints_the_utilization(tmp_path) -> None:
+    path = tmp_path / "tiny.onnx"
+    onnx.save(tiny_model(), str(path))
+    out = analyze_cli(path, "dp=2").output
+    assert "TFLOP/s per GPU, " in out and "% of the 19.5 TFLOP/s peak" in out

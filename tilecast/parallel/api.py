@@ -188,7 +188,19 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)),
         runtime=runtime, experts=max((g.experts for g in moe), default=0),
         sequence=min((sequence_length(results, b) for b in s.blocks
-                      if b.kind == "attention" and b.core), default=0))
+                      if b.kind == "attention" and b.core), default=0),
+        peak_tflops=gemm_peak_tflops(kernels, cl.device))
+
+
+def gemm_peak_tflops(kernels: Sequence[Kernel], device: Device) -> float:
+    """The per-GPU peak of the dtype that carries most of the GEMM FLOPs (tensor cores where
+    the GPU has them for it): what the achieved TFLOP/s is a share of."""
+    flops: Counter[str] = Counter()
+    for k in kernels:
+        if k.cost.family in ("matmul", "attention"):
+            flops[k.dtype] += k.flops
+    dtype = flops.most_common(1)[0][0] if flops else "float32"
+    return device.peak_tflops(dtype, "matrix")
 
 
 def _rank_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],

@@ -117,6 +117,7 @@ class ParallelForecast:
     experts: int = 0  # experts per MoE layer of the graph (0: a dense model)
     sequence: int = 0  # the attention's query length (0: no attention recognized)
     run: TrainingRun | None = None  # a whole run at this step (``run.plan_run``), if asked
+    peak_tflops: float = 0.0  # per-GPU peak of the GEMMs' dtype (0: unknown)
 
     @property
     def step_ms(self) -> float:
@@ -135,6 +136,12 @@ class ParallelForecast:
         """Achieved TFLOP/s per GPU: every rank's kernel FLOPs over the step time."""
         mean = sum(r.flops for r in self.ranks) / len(self.ranks)
         return mean / (self.step_ms * 1e-3) / 1e12
+
+    @property
+    def flops_utilization(self) -> float | None:
+        """Achieved TFLOP/s over the peak of the GEMMs' dtype (recomputation counted, as
+        Narayanan et al. count it); None where the peak is unknown."""
+        return self.tflops_per_gpu / self.peak_tflops if self.peak_tflops > 0 else None
 
     def kernels(self, stage: int = 0) -> tuple[KernelForecast, ...]:
         """The collectives of one stage as kernels of family ``collective``."""
@@ -161,7 +168,10 @@ class ParallelForecast:
             "sequence": self.sequence,
             "microbatch": self.microbatch,
             "global_batch": self.global_batch, "step_ms": _r(self.step_ms),
-            "tflops_per_gpu": _r(self.tflops_per_gpu), "fits_memory": self.fits,
+            "tflops_per_gpu": _r(self.tflops_per_gpu), "peak_tflops": _r(self.peak_tflops),
+            "flops_utilization": (_r(self.flops_utilization)
+                                  if self.flops_utilization is not None else None),
+            "fits_memory": self.fits,
             "ranks": [r.to_dict() for r in self.ranks],
             "collectives": [x.to_dict() for x in self.collectives],
             "warnings": list(self.warnings),

@@ -53,6 +53,11 @@ def _split_lines(f: ParallelForecast) -> list[tuple[str, str]]:
     return out
 
 
+def _utilization(f: ParallelForecast) -> str:
+    u = f.flops_utilization
+    return "" if u is None else f", {u * 100:.1f} % of the {f.peak_tflops:g} TFLOP/s peak"
+
+
 def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
     c, lay = f.cluster, f.layout
     m = max(f.ranks, key=lambda r: r.memory.total).memory
@@ -64,7 +69,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
             *_split_lines(f),
             ("predictor", f.predictor), ("runtime", f.runtime),
             ("step", f"{f.step_ms:.3f} ms"),
-            ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU"),
+            ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU" + _utilization(f)),
             *([("run", f.run.summary())] if f.run is not None else []),
             ("memory", f"{m.total / GIB:.2f} GiB of {m.capacity / GIB:.0f} GiB per GPU "
                        f"(weights {m.weights / GIB:.2f}, grads {m.gradients / GIB:.2f}, "
