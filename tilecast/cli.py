@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from . import __version__
+from .analyzer.runtime import RUNTIMES
 from .cli_catalog import clusters, devices
 from .cli_options import (
     TilecastGroup,
@@ -20,6 +21,7 @@ from .cli_options import (
     model_options,
     output_options,
     parallel_options,
+    parse_dims,
     write_output,
 )
 
@@ -94,6 +96,40 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
     if strict and forecast.incomplete:
         fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
               f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)")
+
+
+@main.command()
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-d", "--device", required=True, help="GPU name/alias, or a device JSON path.")
+@click.option("--generate", type=click.IntRange(min=1), required=True,
+              help="Tokens each request generates (the first comes from the prefill).")
+@click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
+              help="Bind a graph input dim (repeatable): the batch and the prompt length.")
+@click.option("--fusion/--no-fusion", default=False, show_default=True,
+              help="Forecast fused execution (torch.compile-style fusion groups).")
+@click.option("--predictor", default="default", show_default=True,
+              help="default (learned if shipped), learned, roofline, or a .onnx path.")
+@click.option("--runtime", type=click.Choice(RUNTIMES), default="eager", show_default=True,
+              help="eager (per-kernel host dispatch, as Hugging Face generate) or graph (CUDA "
+                   "graphs, as serving engines run decode).")
+@output_options(("table", "json", "markdown"))
+def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: bool,
+          predictor: str, runtime: str, fmt: str, output: str | None) -> None:
+    """Forecast serving MODEL, a decoder-only LLM's forward pass over its batch of prompts:
+    time to first token, time per output token with a KV cache, throughput and KV-cache memory.
+
+    \b
+    Example:
+      tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 -o llama.onnx
+      tilecast serve llama.onnx -d h100 --generate 256 --runtime graph
+      tilecast serve gpt.onnx -d l4 --generate 64 --dim batch=1 --dim sequence=512 --format json
+    """
+    from .serving import analyze_serving
+    from .serving.report import render_serving
+
+    forecast = analyze_serving(model, device, generate=generate, dims=dims,
+                               predictor=predictor, runtime=runtime, fusion=fusion)
+    write_output(render_serving(forecast, fmt), output)
 
 
 @main.command()

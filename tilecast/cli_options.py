@@ -69,7 +69,7 @@ def write_output(text: str, output: str | None) -> None:
     click.echo(f"wrote {path}", err=True)
 
 
-def _parse_dims(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...],
+def parse_dims(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...],
                 ) -> dict[str, int]:
     dims: dict[str, int] = {}
     for item in values:
@@ -92,7 +92,7 @@ def output_options(formats: tuple[str, ...]) -> Callable:
 
 def model_options(fn: Callable) -> Callable:
     for opt in reversed((
-        click.option("--dim", "dims", multiple=True, callback=_parse_dims, metavar="NAME=N",
+        click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
                      help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every "
                           "other dim is derived."),
         click.option("--mode", type=click.Choice(("inference", "training")),

@@ -115,10 +115,18 @@ def attention_exchanges(results: Sequence[NodeResult], s: Structure, cp: int, co
             raise TilecastError(f"cp={cp} with all-to-all needs the heads per tensor-parallel "
                                 f"rank ({b.heads} / tp {tp}) divisible by cp, at node "
                                 f"'{results[min(b.core)].node.name}'")
-        q, k, v, o = _operands(results, b)
-        out.append(AttentionExchange(b.row, _source_bytes(w, q),
-                                     _source_bytes(w, k) + _source_bytes(w, v), o.nbytes))
+        q, _, _, o = _operands(results, b)
+        out.append(AttentionExchange(b.row, _source_bytes(w, q), kv_bytes(results, b, w),
+                                     o.nbytes))
     return tuple(out)
+
+
+def kv_bytes(results: Sequence[NodeResult], b: Block, w: Walker | None = None) -> int:
+    """Bytes of an attention block's K and V over the whole sequence as projected (before a
+    grouped-query repeat): what context parallelism sends, and what a KV cache holds."""
+    w = w or Walker(results)
+    _, k, v, _ = _operands(results, b)
+    return _source_bytes(w, k) + _source_bytes(w, v)
 
 
 def context_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult],
@@ -168,4 +176,4 @@ def attention_cores(s: Structure) -> frozenset[int]:
 
 
 __all__ = ["AttentionExchange", "attention_exchanges", "context_kernels", "shrunk_forward",
-           "sequence_length", "attention_cores"]
+           "sequence_length", "attention_cores", "kv_bytes"]

@@ -1,0 +1,133 @@
+"""LLM serving forecasts: prefill, KV-cached decode steps, per-request latency and KV-cache
+memory (tilecast.serving)."""
+
+from __future__ import annotations
+
+import json
+
+import onnx
+import onnx.parser
+import pytest
+from click.testing import CliRunner
+
+from tilecast.analyzer.graph import build_graph, load_model
+from tilecast.analyzer.pipeline import node_kernels, prepare
+from tilecast.analyzer.synthetic import gpt2_like
+from tilecast.cli import main
+from tilecast.device_db import load_device
+from tilecast.errors import TilecastError
+from tilecast.parallel.structure import recognize
+from tilecast.serving import (
+    DecodeStep,
+    ServingForecast,
+    analyze_serving,
+    decode_contexts,
+    decode_kernels,
+)
+from tilecast.serving.decode import prefill_kernels
+
+# 2 layers, hidden 64 (4 heads of 16), 32 tokens, batch 2, vocabulary 1000, fp32.
+GPT = dict(layers=2, hidden=64, heads=4, seq=32, batch=2, vocab=1000)
+KV_LAYER = 2 * (2 * 32 * 64 * 4)  # K and V of every sequence's prompt, one layer: 32768 B
+MLP = """<ir_version: 8, opset_import: ["" : 18]>
+g (float[4, 64] x) => (float[4, 64] y) <float[64, 64] w = {0.0}> { y = MatMul(x, w) }"""
+
+
+def parts():
+    g = build_graph(load_model(gpt2_like(**GPT)))
+    r = prepare(g, "eager")
+    return node_kernels(r), r, recognize(r)
+
+
+def test_a_decode_step_runs_one_token_per_sequence_against_the_cache():
+    kernels, results, s = parts()
+    step = decode_kernels(kernels, results, s, prompt=32, context=40)
+    products = [k.cost.matmul for k in step if k.cost.matmul is not None]
+    # every linear on batch 2 rows: QKV 64 -> 192, out 64 -> 64, MLP 64 -> 256 -> 64, LM head
+    assert {(d.m, d.n, d.k) for d in products} == {(2, 192, 64), (2, 64, 64), (2, 256, 64),
+                                                   (2, 64, 256), (2, 1000, 64)}
+    attend = [k for k in step if k.op_type == "DecodeAttention"]
+    writes = [k for k in step if k.op_type == "KVCacheWrite"]
+    assert len(attend) == len(writes) == 2 and not any(k.op_type == "Softmax" for k in step)
+    # the cache over 40 keys plus the query and output (2 sequences x 64 values x 4 B, each)
+    assert attend[0].cost.bytes == KV_LAYER * 40 // 32 + 2 * 2 * 64 * 4
+    assert attend[0].cost.flops == 4 * (2 * 64) * 40  # Q K^T and P V, 2 FLOPs per FMA
+    assert writes[0].cost.bytes == 2 * KV_LAYER // 32  # one token's K and V, read and written
+
+
+def test_the_prefill_computes_the_last_tokens_logits_only():
+    kernels, results, s = parts()
+    heads = [k.cost.matmul for k in prefill_kernels(kernels, results, s, 32)
+             if k.cost.matmul is not None and k.cost.matmul.n == 1000]
+    assert [(d.m, d.n, d.k) for d in heads] == [(2, 1000, 64)]  # was 64 rows (2 x 32)
+
+
+@pytest.mark.parametrize(("generate", "contexts"), [
+    (1, []), (2, [33]), (4, [33, 34, 35]), (9, [33, 36, 40]), (128, [33, 96, 159]),
+])
+def test_decode_contexts(generate: int, contexts: list[int]):
+    # token t (2..generate) attends over the 32 prompt tokens and the t - 1 generated ones
+    assert decode_contexts(32, generate) == contexts
+
+
+def _forecast(steps, generate: int = 9) -> ServingForecast:
+    return ServingForecast("m", load_device("a100-sxm4-80gb"), "roofline", "graph", batch=4,
+                           prompt=32, generate=generate, prefill_ms=10.0,
+                           decode=tuple(DecodeStep(c, ms) for c, ms in steps),
+                           weights_bytes=40 * 2**30, kv_bytes_per_token=2**20)
+
+
+def test_request_arithmetic():
+    f = _forecast([(33, 1.0), (36, 2.0), (40, 3.0)])
+    assert f.tpot_ms == pytest.approx((1 + 4 * 2 + 3) / 6)  # Simpson's rule
+    assert f.ttft_ms == 10.0 and f.total_ms == pytest.approx(10 + 8 * 2.0)
+    assert f.tokens_per_s == pytest.approx(4 * 9 / 0.026)
+    assert f.kv_cache_bytes == 4 * 41 * 2**20
+    # 80 GiB - 40 GiB of weights over 41 MiB a sequence
+    assert f.max_batch == (40 * 2**30) // (41 * 2**20) and f.fits
+    one = _forecast([], generate=1)
+    assert one.tpot_ms is None and one.total_ms == 10.0
+    doc = json.loads(f.to_json())
+    assert doc["kind"] == "serving" and doc["memory"]["max_batch"] == f.max_batch
+
+
+def test_forecast_of_a_model():
+    f = analyze_serving(gpt2_like(**GPT), "a100-sxm4-80gb", generate=9, predictor="roofline")
+    assert (f.batch, f.prompt, [s.context for s in f.decode]) == (2, 32, [33, 36, 40])
+    assert f.kv_bytes_per_token == 2 * 2 * 64 * 4  # 2 layers of K and V, 64 fp32 values
+    steps = [s.latency_ms for s in f.decode]
+    assert steps == sorted(steps) and 0 < steps[0] < f.prefill_ms
+
+
+def test_longer_contexts_cost_more_on_the_learned_predictor():
+    f = analyze_serving(gpt2_like(**GPT), "h100", generate=2000, runtime="graph")
+    first, _, last = (s.latency_ms for s in f.decode)
+    assert last > first
+
+
+def test_a_graph_without_attention_is_an_error():
+    with pytest.raises(TilecastError, match="no attention pattern"):
+        analyze_serving(onnx.parser.parse_model(MLP), "h100", generate=4)
+    with pytest.raises(TilecastError, match="at least 1 token"):
+        analyze_serving(gpt2_like(**GPT), "h100", generate=0)
+
+
+def test_cli(tmp_path):
+    path = tmp_path / "gpt.onnx"
+    onnx.save(gpt2_like(**GPT), str(path))
+    run = CliRunner().invoke
+    table = run(main, ["serve", str(path), "-d", "l4", "--generate", "16", "--predictor",
+                       "roofline"])
+    assert table.exit_code == 0, table.output
+    assert "prefill" in table.output and "per token after the first" in table.output
+    doc = json.loads(run(main, ["serve", str(path), "-d", "l4", "--generate", "16",
+                                "--predictor", "roofline", "--format", "json"]).output)
+    assert doc["generate"] == 16 and doc["tpot_ms"] > 0 and doc["memory"]["fits"]
+    md = run(main, ["serve", str(path), "-d", "l4", "--generate", "2", "--format",
+                    "markdown", "--predictor", "roofline"])
+    assert md.output.startswith("- model")
+    mlp = tmp_path / "mlp.onnx"
+    onnx.save(onnx.parser.parse_model(MLP), str(mlp))
+    bad = run(main, ["serve", str(mlp), "-d", "l4", "--generate", "4"])
+    assert bad.exit_code == 2 and bad.output.startswith("Error:")
+    assert "Traceback" not in bad.output

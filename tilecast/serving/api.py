@@ -1,0 +1,103 @@
+"""``analyze_serving``: prefill and KV-cached decode forecasts of a decoder-only model."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+import onnx
+
+from ..analyzer.graph import build_graph, load_model
+from ..analyzer.params import parameters
+from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
+from ..analyzer.predictor import Predictor
+from ..analyzer.runtime import apply_runtime, check_runtime
+from ..analyzer.steps import expand_steps
+from ..analyzer.types import Kernel
+from ..device_db import Device, load_device
+from ..errors import TilecastError
+from ..parallel.context import kv_bytes, sequence_length
+from ..parallel.structure import recognize
+from .decode import decode_kernels, prefill_kernels
+from .forecast import DecodeStep, ServingForecast
+
+
+def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
+                    device: str | os.PathLike[str] | Device, *, generate: int,
+                    dims: Mapping[str, int] | None = None,
+                    predictor: str | os.PathLike[str] | Predictor | None = None,
+                    runtime: str = "eager", fusion: bool = False) -> ServingForecast:
+    """Forecast ``batch`` requests of ``prompt`` tokens generating ``generate`` tokens each,
+    where batch and prompt are the graph's (a decoder-only model's forward pass: export it
+    at the prompt length, or bind its dims with ``dims``): the prefill (time to first token),
+    the decode steps with a KV cache (time per output token), and the KV cache's memory.
+
+    >>> f = analyze_serving("llama.onnx", "h100", generate=256)  # doctest: +SKIP
+    >>> f.ttft_ms, f.tpot_ms, f.tokens_per_s, f.max_batch  # doctest: +SKIP
+    """
+    if generate < 1:
+        raise TilecastError(f"generate must be at least 1 token, got {generate}")
+    check_runtime(runtime)
+    dev = device if isinstance(device, Device) else load_device(device)
+    pred = resolve_predictor(predictor)
+    proto = load_model(model)
+    graph = build_graph(proto, dims)
+    results = prepare(graph, runtime)
+    s = recognize(results)
+    label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
+    attention = [b for b in s.blocks if b.kind == "attention" and b.core]
+    _check(results, attention, label)
+    prompt = min(sequence_length(results, b) for b in attention)
+    batch = _batch(graph)
+    kernels = expand_steps(results, group_kernels(graph, results) if fusion
+                           else node_kernels(results))
+    prefill_ms, extrapolated = _forecast(pred, prefill_kernels(kernels, results, s, prompt),
+                                         dev, runtime)
+    kv = [kv_bytes(results, b) for b in attention]  # every sequence's prompt, per layer
+    steps = []
+    for context in decode_contexts(prompt, generate):
+        ms, ext = _forecast(pred, decode_kernels(kernels, results, s, prompt, context),
+                            dev, runtime)
+        steps.append(DecodeStep(context, ms))
+        extrapolated |= ext
+    return ServingForecast(
+        model=label, device=dev,
+        predictor=pred.name, runtime=runtime, batch=batch, prompt=prompt, generate=generate,
+        prefill_ms=prefill_ms, decode=tuple(steps),
+        weights_bytes=float(sum(t.nbytes for t in parameters(results).values())),
+        kv_bytes_per_token=sum(kv) / (batch * prompt), extrapolated=extrapolated)
+
+
+def decode_contexts(prompt: int, generate: int) -> list[int]:
+    """The keys each forecast decode step attends over: token t (2..generate) sees
+    prompt + t - 1. Every step for up to three, else the first, the middle and the last
+    (Simpson's rule integrates the mean: ``ServingForecast.tpot_ms``)."""
+    contexts = [prompt + t - 1 for t in range(2, generate + 1)]
+    if len(contexts) <= 3:
+        return contexts
+    return [contexts[0], (contexts[0] + contexts[-1]) // 2, contexts[-1]]
+
+
+def _check(results, attention, label: str) -> None:
+    if not attention:
+        raise TilecastError(f"{label}: serving forecasts need a decoder's attention, and no "
+                            "attention pattern (Q/K/V projections -> softmax(QK^T)V -> output "
+                            "projection) was recognized")
+    for b in attention:
+        first = results[min(b.core)]
+        if first.cost is not None and first.cost.family == "attention":
+            raise TilecastError(
+                f"{label}: node '{first.node.name}' ({first.node.op_type}) is a fused attention "
+                "node; decode forecasts take the attention as MatMul and Softmax nodes "
+                "(tilecast export --attn eager)")
+
+
+def _batch(graph) -> int:
+    shapes = [t.shape for t in graph.inputs if t.shape]
+    return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
+
+
+def _forecast(pred: Predictor, kernels: Sequence[Kernel], device: Device,
+              runtime: str) -> tuple[float, bool]:
+    preds = apply_runtime(pred.predict(list(kernels), device), device, runtime)
+    return sum(p.latency_ms for p in preds), any(p.extrapolated for p in preds)

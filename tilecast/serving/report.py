@@ -1,0 +1,36 @@
+"""Text renderings of a ServingForecast (table, markdown; JSON is ``to_json``)."""
+
+from __future__ import annotations
+
+from .forecast import GIB, ServingForecast
+
+
+def _lines(f: ServingForecast) -> list[tuple[str, str]]:
+    tpot = f.tpot_ms
+    if tpot is None:
+        decode = "none (one token per request: the prefill makes it)"
+    else:
+        steps = ", ".join(f"{s.latency_ms:.3f} ms at {s.context}" for s in f.decode)
+        decode = f"{tpot:.3f} ms per token after the first ({steps} keys)"
+    mem = (f"weights {f.weights_bytes / GIB:.2f} GiB + KV cache {f.kv_cache_bytes / GIB:.2f} "
+           f"GiB ({f.kv_bytes_per_token:,.0f} bytes per token) of {f.capacity_bytes / GIB:.0f}"
+           f" GiB: {'fits' if f.fits else 'does NOT fit'}; at most {f.max_batch:,} sequences "
+           f"of {f.prompt + f.generate} tokens (activations not counted)")
+    return [("model", f.model), ("device", f.device.name),
+            ("requests", f"batch {f.batch} x prompt {f.prompt} tokens, {f.generate} generated "
+                         "each"),
+            ("predictor", f.predictor), ("runtime", f.runtime),
+            ("prefill", f"{f.prefill_ms:.3f} ms (time to first token)"),
+            ("decode", decode),
+            ("request", f"{f.total_ms:.3f} ms to the last token; {f.tokens_per_s:,.1f} "
+                        "generated tokens/s over the batch"),
+            ("memory", mem),
+            *([("note", "extrapolated: some kernels lie outside the predictor's training "
+                        "data (docs/serving.md)")] if f.extrapolated else [])]
+
+
+def render_serving(f: ServingForecast, fmt: str) -> str:
+    if fmt == "json":
+        return f.to_json()
+    prefix = "- " if fmt == "markdown" else ""
+    return "".join(f"{prefix}{k:<10} {v}\n" for k, v in _lines(f))
