@@ -122,7 +122,7 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
     Example:
       tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 -o llama.onnx
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph
-      tilecast serve gpt.onnx -d l4 --generate 64 --dim batch=1 --dim sequence=512 --format json
+      tilecast serve examples/gpt2-small.onnx -d l4 --generate 64 --format json
     """
     from .serving import analyze_serving
     from .serving.report import render_serving
