@@ -108,8 +108,9 @@ def test_longer_contexts_cost_more_on_the_learned_predictor():
 def test_a_graph_without_attention_is_an_error():
     with pytest.raises(TilecastError, match="no attention pattern"):
         analyze_serving(onnx.parser.parse_model(MLP), "h100", generate=4)
-    with pytest.raises(TilecastError, match="at least 1 token"):
-        analyze_serving(gpt2_like(**GPT), "h100", generate=0)
+    for generate in (0, 10**9):
+        with pytest.raises(TilecastError, match="generate must be 1 to 10,000,000 tokens"):
+            analyze_serving(gpt2_like(**GPT), "h100", generate=generate)
 
 
 def test_cli(tmp_path):

@@ -21,6 +21,9 @@ from ..parallel.structure import recognize
 from .decode import decode_kernels, prefill_kernels
 from .forecast import DecodeStep, ServingForecast
 
+# Ten million tokens: past any model's context window, and every count stays exact in int64.
+MAX_GENERATE = 10_000_000
+
 
 def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
                     device: str | os.PathLike[str] | Device, *, generate: int,
@@ -35,8 +38,8 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     >>> f = analyze_serving("llama.onnx", "h100", generate=256)  # doctest: +SKIP
     >>> f.ttft_ms, f.tpot_ms, f.tokens_per_s, f.max_batch  # doctest: +SKIP
     """
-    if generate < 1:
-        raise TilecastError(f"generate must be at least 1 token, got {generate}")
+    if not 1 <= generate <= MAX_GENERATE:
+        raise TilecastError(f"generate must be 1 to {MAX_GENERATE:,} tokens, got {generate}")
     check_runtime(runtime)
     dev = device if isinstance(device, Device) else load_device(device)
     pred = resolve_predictor(predictor)
@@ -72,10 +75,10 @@ def decode_contexts(prompt: int, generate: int) -> list[int]:
     """The keys each forecast decode step attends over: token t (2..generate) sees
     prompt + t - 1. Every step for up to three, else the first, the middle and the last
     (Simpson's rule integrates the mean: ``ServingForecast.tpot_ms``)."""
-    contexts = [prompt + t - 1 for t in range(2, generate + 1)]
-    if len(contexts) <= 3:
-        return contexts
-    return [contexts[0], (contexts[0] + contexts[-1]) // 2, contexts[-1]]
+    first, last = prompt + 1, prompt + generate - 1
+    if generate - 1 <= 3:
+        return list(range(first, last + 1))
+    return [first, (first + last) // 2, last]
 
 
 def _check(results, attention, label: str) -> None:
