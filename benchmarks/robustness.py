@@ -1,6 +1,6 @@
 """Feed tilecast's commands random malformed inputs and count what happens to each.
 
-    python benchmarks/robustness.py [--cases 360] [--seed 0] [--timeout 30]
+    python benchmarks/robustness.py [--cases 420] [--seed 0] [--timeout 30]
 
 Every case is an input that is invalid by construction (a wrong type, a negative or non-finite
 number, a deleted required key, a total that disagrees with its kernels, a truncated or empty
@@ -38,6 +38,7 @@ import onnx.parser
 from click.testing import CliRunner
 
 from tilecast.analyzer.pipeline import analyze
+from tilecast.analyzer.synthetic import gpt2_like
 from tilecast.cli import main
 from tilecast.device_db.loader import GPUS_DIR
 from tilecast.gate.baseline import baseline_text, model_inputs
@@ -72,7 +73,10 @@ def workspace(root: Path) -> dict[str, Any]:
                                         '[[models]]\npath = "m.onnx"\n')
     (gate / ".tilecast" / "m.json").write_text(
         baseline_text([forecast], "m.onnx", model_inputs(model)))
-    return {"root": root, "model": model, "forecast": json.loads(forecast.to_json()),
+    decoder = gpt2_like(layers=1, hidden=32, heads=2, seq=16, batch=2, vocab=64)
+    onnx.save(decoder, root / "gpt.onnx")
+    return {"root": root, "model": model, "decoder": decoder,
+            "forecast": json.loads(forecast.to_json()),
             "baseline": json.loads((gate / ".tilecast" / "m.json").read_text()),
             "device": json.loads((GPUS_DIR / "nvidia_l4.json").read_text())}
 
@@ -280,9 +284,24 @@ def device_case(rng: random.Random, ws: dict, n: int) -> Case:
     return "device", ["analyze", str(ws["root"] / "m.onnx"), "-d", path, *RF], False
 
 
+def serve_case(rng: random.Random, ws: dict, n: int) -> Case:
+    """A broken decoder graph, or the valid one with a bad --generate / --dim."""
+    root = ws["root"]
+    kind = rng.choice(("graph", "graph", "generate", "dim"))
+    if kind == "graph":
+        model = _file(ws, f"s{n}.onnx", broken_graph_bytes(rng, {"model": ws["decoder"]}))
+        return "serve", [model, "-d", "l4", "--generate", "4", *RF], False
+    if kind == "generate":
+        bad = rng.choice(["0", "-3", "x", "1e3", str(10**12), ""])
+        return "serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", bad, *RF], False
+    return "serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "4", "--dim",
+                     rng.choice(["batch=2", "seq", "x=0", "=4"]), *RF], False
+
+
 GENERATORS: dict[str, Callable[[random.Random, dict, int], Case]] = {
     "analyze": analyze_case, "compare": compare_case, "gate": gate_case,
     "evaluate": evaluate_case, "kernels-eval": kernels_eval_case, "device": device_case,
+    "serve": serve_case,
 }
 
 
@@ -306,7 +325,8 @@ def controls(ws: dict) -> list[Case]:
             ("gate", ["--config", str(root / "gate" / "tilecast.toml")], True),
             ("evaluate", [str(ev / "labels"), "--models", str(ev / "models"), *RF], True),
             ("kernels-eval", ["--data", str(ke.parent.parent)], True),
-            ("device", ["analyze", str(root / "m.onnx"), "-d", device, *RF], True)]
+            ("device", ["analyze", str(root / "m.onnx"), "-d", device, *RF], True),
+            ("serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "8", *RF], True)]
 
 
 # --- running and classifying ----------------------------------------------------------------------
@@ -334,7 +354,7 @@ def run_case(argv: list[str], timeout: int) -> str:
 
 def main_() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=360, help="malformed inputs in all")
+    ap.add_argument("--cases", type=int, default=420, help="malformed inputs in all")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=int, default=30, help="seconds before a case is a hang")
     args = ap.parse_args()
