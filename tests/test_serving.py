@@ -41,7 +41,7 @@ def parts():
 
 def test_a_decode_step_runs_one_token_per_sequence_against_the_cache():
     kernels, results, s = parts()
-    step = decode_kernels(kernels, results, s, prompt=32, context=40)
+    step = decode_kernels(kernels, results, s, prompt=32, context=40, batch=2, graph_batch=2)
     products = [k.cost.matmul for k in step if k.cost.matmul is not None]
     # every linear on batch 2 rows: QKV 64 -> 192, out 64 -> 64, MLP 64 -> 256 -> 64, LM head
     assert {(d.m, d.n, d.k) for d in products} == {(2, 192, 64), (2, 64, 64), (2, 256, 64),
@@ -57,9 +57,21 @@ def test_a_decode_step_runs_one_token_per_sequence_against_the_cache():
 
 def test_the_prefill_computes_the_last_tokens_logits_only():
     kernels, results, s = parts()
-    heads = [k.cost.matmul for k in prefill_kernels(kernels, results, s, 32)
+    heads = [k.cost.matmul for k in prefill_kernels(kernels, results, s, 32, 2, 2)
              if k.cost.matmul is not None and k.cost.matmul.n == 1000]
     assert [(d.m, d.n, d.k) for d in heads] == [(2, 1000, 64)]  # was 64 rows (2 x 32)
+
+
+def test_another_batch_scales_rows_and_attention_batches():
+    kernels, results, s = parts()
+    prefill = prefill_kernels(kernels, results, s, 32, batch=6, graph_batch=2)
+    dims = {(d.b, d.m, d.n, d.k) for d in (k.cost.matmul for k in prefill) if d is not None}
+    # 6 x 32 token rows; Q K^T and P V over 6 sequences x 4 heads; the head on 6 last tokens
+    assert {(1, 192, 192, 64), (24, 32, 32, 16), (24, 32, 16, 32), (1, 6, 1000, 64)} <= dims
+    step = decode_kernels(kernels, results, s, prompt=32, context=40, batch=6, graph_batch=2)
+    assert {d.m for d in (k.cost.matmul for k in step) if d is not None} == {6}
+    attend = next(k for k in step if k.op_type == "DecodeAttention")
+    assert attend.cost.bytes == 3 * KV_LAYER * 40 // 32 + 2 * 6 * 64 * 4
 
 
 @pytest.mark.parametrize(("generate", "contexts"), [
@@ -97,6 +109,12 @@ def test_forecast_of_a_model():
     assert f.kv_bytes_per_token == 2 * 2 * 64 * 4  # 2 layers of K and V, 64 fp32 values
     steps = [s.latency_ms for s in f.decode]
     assert steps == sorted(steps) and 0 < steps[0] < f.prefill_ms
+    big = analyze_serving(gpt2_like(**GPT), "a100-sxm4-80gb", generate=9, batch=64,
+                          predictor="roofline")
+    assert big.batch == 64 and big.kv_bytes_per_token == f.kv_bytes_per_token
+    assert big.prefill_ms > f.prefill_ms and big.tokens_per_s > f.tokens_per_s
+    with pytest.raises(TilecastError, match="batch must be 1 to"):
+        analyze_serving(gpt2_like(**GPT), "h100", generate=4, batch=0)
 
 
 def test_longer_contexts_cost_more_on_the_learned_predictor():
@@ -127,6 +145,18 @@ def test_cli(tmp_path):
     md = run(main, ["serve", str(path), "-d", "l4", "--generate", "2", "--format",
                     "markdown", "--predictor", "roofline"])
     assert md.output.startswith("- model")
+    sweep = run(main, ["serve", str(path), "-d", "l4", "--generate", "4", "--batch", "1,4,16",
+                       "--predictor", "roofline"])
+    lines = sweep.output.splitlines()
+    assert sweep.exit_code == 0 and lines[1].split()[:2] == ["batch", "prefill_ms"]
+    assert [ln.split()[0] for ln in lines[2:]] == ["1", "4", "16"]
+    runs = json.loads(run(main, ["serve", str(path), "-d", "l4", "--generate", "4", "--batch",
+                                 "1,4", "--format", "json", "--predictor", "roofline"]).output)
+    assert runs["kind"] == "serving-sweep" and [r["batch"] for r in runs["runs"]] == [1, 4]
+    for bad_batch in ("0", "1,x", "", "4,-1"):
+        bad = run(main, ["serve", str(path), "-d", "l4", "--generate", "4", "--batch",
+                         bad_batch])
+        assert bad.exit_code == 2 and "Error: --batch" in bad.output, bad_batch
     mlp = tmp_path / "mlp.onnx"
     onnx.save(onnx.parser.parse_model(MLP), str(mlp))
     bad = run(main, ["serve", str(mlp), "-d", "l4", "--generate", "4"])

@@ -112,9 +112,12 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
 @click.option("--runtime", type=click.Choice(RUNTIMES), default="eager", show_default=True,
               help="eager (per-kernel host dispatch, as Hugging Face generate) or graph (CUDA "
                    "graphs, as serving engines run decode).")
+@click.option("--batch", "batches", help="Sequences per batch instead of the graph's; several "
+              "(e.g. 1,8,32,128) print one row each: latency against throughput.")
 @output_options(("table", "json", "markdown"))
 def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: bool,
-          predictor: str, runtime: str, fmt: str, output: str | None) -> None:
+          predictor: str, runtime: str, batches: str | None, fmt: str,
+          output: str | None) -> None:
     """Forecast serving MODEL, a decoder-only LLM's forward pass over its batch of prompts:
     time to first token, time per output token with a KV cache, throughput and KV-cache memory.
 
@@ -122,14 +125,17 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
     Example:
       tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 -o llama.onnx
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph
+      tilecast serve llama.onnx -d h100 --generate 256 --runtime graph --batch 1,8,32,128,512
       tilecast serve examples/gpt2-small.onnx -d l4 --generate 64 --format json
     """
-    from .serving import analyze_serving
-    from .serving.report import render_serving
+    from .serving import analyze_serving, parse_batches
+    from .serving.report import render_serving, render_sweep
 
-    forecast = analyze_serving(model, device, generate=generate, dims=dims,
-                               predictor=predictor, runtime=runtime, fusion=fusion)
-    write_output(render_serving(forecast, fmt), output)
+    sizes = parse_batches(batches) if batches is not None else (None,)
+    runs = [analyze_serving(model, device, generate=generate, dims=dims, predictor=predictor,
+                            runtime=runtime, fusion=fusion, batch=b) for b in sizes]
+    text = render_serving(runs[0], fmt) if len(runs) == 1 else render_sweep(runs, fmt)
+    write_output(text, output)
 
 
 @main.command()

@@ -23,17 +23,20 @@ from .forecast import DecodeStep, ServingForecast
 
 # Ten million tokens: past any model's context window, and every count stays exact in int64.
 MAX_GENERATE = 10_000_000
+MAX_BATCH = 1_000_000  # sequences in one batch
 
 
 def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
                     device: str | os.PathLike[str] | Device, *, generate: int,
                     dims: Mapping[str, int] | None = None,
                     predictor: str | os.PathLike[str] | Predictor | None = None,
-                    runtime: str = "eager", fusion: bool = False) -> ServingForecast:
+                    runtime: str = "eager", fusion: bool = False,
+                    batch: int | None = None) -> ServingForecast:
     """Forecast ``batch`` requests of ``prompt`` tokens generating ``generate`` tokens each,
-    where batch and prompt are the graph's (a decoder-only model's forward pass: export it
-    at the prompt length, or bind its dims with ``dims``): the prefill (time to first token),
-    the decode steps with a KV cache (time per output token), and the KV cache's memory.
+    where the prompt length is the graph's (a decoder-only model's forward pass: export it at
+    the prompt length, or bind its dims with ``dims``) and ``batch`` the graph's batch unless
+    given (every kernel's work scaled to it): the prefill (time to first token), the decode
+    steps with a KV cache (time per output token), and the KV cache's memory.
 
     >>> f = analyze_serving("llama.onnx", "h100", generate=256)  # doctest: +SKIP
     >>> f.ttft_ms, f.tpot_ms, f.tokens_per_s, f.max_batch  # doctest: +SKIP
@@ -51,16 +54,19 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     attention = [b for b in s.blocks if b.kind == "attention" and b.core]
     _check(results, attention, label)
     prompt = min(sequence_length(results, b) for b in attention)
-    batch = _batch(graph)
+    graph_batch = _batch(graph)
+    batch = graph_batch if batch is None else batch
+    if not 1 <= batch <= MAX_BATCH:
+        raise TilecastError(f"batch must be 1 to {MAX_BATCH:,} sequences, got {batch}")
     kernels = expand_steps(results, group_kernels(graph, results) if fusion
                            else node_kernels(results))
-    prefill_ms, extrapolated = _forecast(pred, prefill_kernels(kernels, results, s, prompt),
-                                         dev, runtime)
-    kv = [kv_bytes(results, b) for b in attention]  # every sequence's prompt, per layer
+    prefill_ms, extrapolated = _forecast(
+        pred, prefill_kernels(kernels, results, s, prompt, batch, graph_batch), dev, runtime)
+    kv = [kv_bytes(results, b) for b in attention]  # the graph's sequences, per layer
     steps = []
     for context in decode_contexts(prompt, generate):
-        ms, ext = _forecast(pred, decode_kernels(kernels, results, s, prompt, context),
-                            dev, runtime)
+        ms, ext = _forecast(pred, decode_kernels(kernels, results, s, prompt, context, batch,
+                                                 graph_batch), dev, runtime)
         steps.append(DecodeStep(context, ms))
         extrapolated |= ext
     return ServingForecast(
@@ -68,7 +74,19 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
         predictor=pred.name, runtime=runtime, batch=batch, prompt=prompt, generate=generate,
         prefill_ms=prefill_ms, decode=tuple(steps),
         weights_bytes=float(sum(t.nbytes for t in parameters(results).values())),
-        kv_bytes_per_token=sum(kv) / (batch * prompt), extrapolated=extrapolated)
+        kv_bytes_per_token=sum(kv) / (graph_batch * prompt), extrapolated=extrapolated)
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    """``--batch 1,8,32``: positive batch sizes, each at most ``MAX_BATCH``."""
+    try:
+        sizes = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        sizes = ()
+    if not sizes or any(not 1 <= b <= MAX_BATCH for b in sizes):
+        raise TilecastError(f"--batch {text!r}: expected batch sizes from 1 to {MAX_BATCH:,}, "
+                            "comma-separated (e.g. 1,8,32)")
+    return sizes
 
 
 def decode_contexts(prompt: int, generate: int) -> list[int]:

@@ -1,9 +1,10 @@
 """The kernels of one KV-cached decode step, derived from the prefill graph's kernels.
 
 A decode step runs every token-wise kernel (embedding, linears, norms, elementwise, LM head)
-on one new token per sequence: from a graph of ``prompt`` tokens per sequence, the
-context-parallel split at cp = prompt (``parallel.context``: 1/cp of the tokens), so every
-linear runs on ``batch`` rows.
+on one new token per sequence: from a graph of ``prompt`` tokens per sequence, every kernel
+on 1 / prompt of its token rows (the context-parallel split of ``parallel`` at cp = prompt,
+``parallel.rows.scale_rows``), so every linear runs on ``batch`` rows. Another batch than the
+graph's scales every kernel's rows, and each attention's batch x heads, the same way.
 
 Each attention core (Q K^T through probs x V) becomes one fused decode-attention kernel per
 layer, as serving engines run it (PagedAttention in vLLM, Kwon et al., SOSP 2023;
@@ -20,21 +21,36 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import replace
+from fractions import Fraction
 
 from ..analyzer.analysis import NodeResult
 from ..analyzer.types import DTYPE_SIZE, Kernel, OpCost
-from ..parallel.context import context_kernels, kv_bytes
+from ..parallel.context import kv_bytes
 from ..parallel.rows import scale_rows
 from ..parallel.structure import Block, Structure
+from ..parallel.tensor import rescale_matmul
+
+
+def _index(results: Sequence[NodeResult]) -> dict[str, int]:
+    return {r.node.name: i for i, r in enumerate(results)}
+
+
+def _node(k: Kernel, index: dict[str, int]) -> int | None:
+    return index.get(k.nodes[0]) if k.nodes else None
+
+
+def _rows(k: Kernel, num: int, den: int) -> Kernel:
+    """``k`` on num / den times its token rows (a product's M, another kernel's rows)."""
+    return replace(k, cost=scale_rows(k.cost, k.cost.matmul, num, den))
 
 
 def _attention(results: Sequence[NodeResult], b: Block, prompt: int, context: int,
-               layer: int) -> list[Kernel]:
+               layer: int, sequences: Fraction) -> list[Kernel]:
     """The fused decode attention of block ``b`` over ``context`` cached tokens, and the
-    cache write of the new token's K and V."""
+    cache write of the new token's K and V; ``sequences``: the batch over the graph's."""
     out = results[b.core_out].node.outputs[0]  # (batch, heads, prompt, head dim) values
-    per_token = out.numel // prompt  # batch x heads x head dim
-    cache = kv_bytes(results, b)  # every sequence's K and V over the prompt
+    per_token = int(out.numel // prompt * sequences)  # batch x heads x head dim
+    cache = int(kv_bytes(results, b) * sequences)  # every sequence's prompt K and V
     size = DTYPE_SIZE.get(out.dtype, 4)
     nbytes = cache * context // prompt + 2 * per_token * size
     attend = OpCost("attention", 4 * per_token * context, int(nbytes), out.dtype,
@@ -46,38 +62,45 @@ def _attention(results: Sequence[NodeResult], b: Block, prompt: int, context: in
 
 
 def prefill_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: Structure,
-                    prompt: int) -> list[Kernel]:
-    """The prefill's kernels: the forward pass, with the LM head and what follows it on the
-    last token of each sequence only (generation needs no other logits; Hugging Face
+                    prompt: int, batch: int, graph_batch: int) -> list[Kernel]:
+    """The prefill's kernels for ``batch`` sequences, from the graph's ``graph_batch``: every
+    kernel on batch / graph_batch times its work (an attention core's products on that many
+    more batch x heads, the rest on that many more rows), and the LM head and what follows it
+    on the last token of each sequence only (generation needs no other logits; Hugging Face
     ``generate`` passes ``logits_to_keep=1`` and serving engines do the same)."""
-    if s.lm_head is None:
-        return list(kernels)
-    head = {s.lm_head, *s.head_region}
-    index = {r.node.name: i for i, r in enumerate(results)}
+    index = _index(results)
+    core = frozenset(i for blk in s.blocks for i in blk.core)
+    head = {s.lm_head, *s.head_region} if s.lm_head is not None else set()
     out = []
     for k in kernels:
-        i = index.get(k.nodes[0]) if k.nodes else None
-        out.append(replace(k, cost=scale_rows(k.cost, None if k.cost.matmul is None
-                                              else k.cost.matmul, 1, prompt))
-                   if i in head else k)
+        i, d = _node(k, index), k.cost.matmul
+        if i in core and d is not None and d.b * batch % graph_batch == 0:
+            k = replace(k, cost=rescale_matmul(k.cost, replace(d, b=d.b * batch // graph_batch)))
+        elif batch != graph_batch:
+            k = _rows(k, batch, graph_batch)
+        out.append(_rows(k, 1, prompt) if i in head else k)
     return out
 
 
 def decode_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: Structure,
-                   prompt: int, context: int) -> list[Kernel]:
-    """The kernels of the decode step whose query attends over ``context`` keys, from the
-    kernels of a forward pass over ``prompt`` tokens per sequence, in launch order."""
-    index = {r.node.name: i for i, r in enumerate(results)}
+                   prompt: int, context: int, batch: int, graph_batch: int) -> list[Kernel]:
+    """The kernels of the decode step of ``batch`` sequences whose query attends over
+    ``context`` keys, from the kernels of a forward pass over ``graph_batch`` sequences of
+    ``prompt`` tokens, in launch order: every token-wise kernel on ``batch`` rows, each
+    attention core as one fused decode-attention kernel and a cache write."""
+    index = _index(results)
     blocks = [b for b in s.blocks if b.kind == "attention" and b.core]
     owner = {i: n for n, b in enumerate(blocks) for i in b.core}
+    sequences = Fraction(batch, graph_batch)
     step, done = [], set()
-    for k in context_kernels(kernels, results, index, prompt, {}):
-        i = index.get(k.nodes[0]) if k.nodes else None
+    for k in kernels:
+        i = _node(k, index)
         if i not in owner:
-            step.append(k)
+            step.append(_rows(k, batch, graph_batch * prompt))
         elif owner[i] not in done:  # the core's first kernel: the fused attention instead
             done.add(owner[i])
-            step.extend(_attention(results, blocks[owner[i]], prompt, context, owner[i]))
+            step.extend(_attention(results, blocks[owner[i]], prompt, context, owner[i],
+                                   sequences))
     return step
 
 

@@ -34,3 +34,36 @@ def render_serving(f: ServingForecast, fmt: str) -> str:
         return f.to_json()
     prefix = "- " if fmt == "markdown" else ""
     return "".join(f"{prefix}{k:<10} {v}\n" for k, v in _lines(f))
+
+
+SWEEP_COLUMNS = ("batch", "prefill_ms", "tpot_ms", "total_ms", "tokens_per_s", "kv_cache_gib",
+                 "memory_gib", "fits")
+
+
+def _sweep_row(f: ServingForecast) -> list[str]:
+    tpot = "-" if f.tpot_ms is None else f"{f.tpot_ms:.3f}"
+    return [str(f.batch), f"{f.prefill_ms:.3f}", tpot, f"{f.total_ms:.3f}",
+            f"{f.tokens_per_s:.1f}", f"{f.kv_cache_bytes / GIB:.2f}",
+            f"{(f.weights_bytes + f.kv_cache_bytes) / GIB:.2f}", "yes" if f.fits else "NO"]
+
+
+def render_sweep(runs: list[ServingForecast], fmt: str) -> str:
+    """One row per batch size: the latency / throughput trade-off and where memory ends."""
+    if fmt == "json":
+        import json
+
+        return json.dumps({"schema": 1, "kind": "serving-sweep",
+                           "runs": [f.to_dict() for f in runs]}, indent=2) + "\n"
+    first = runs[0]
+    head = (f"{first.model} on {first.device.name}: prompt {first.prompt} tokens, "
+            f"{first.generate} generated, runtime {first.runtime}, predictor {first.predictor}"
+            f"; at most {first.max_batch:,} sequences fit\n")
+    rows = [_sweep_row(f) for f in runs]
+    if fmt == "markdown":
+        lines = ["| " + " | ".join(SWEEP_COLUMNS) + " |",
+                 "|" + "---:|" * len(SWEEP_COLUMNS)] + ["| " + " | ".join(r) + " |" for r in rows]
+        return head + "\n" + "\n".join(lines) + "\n"
+    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(SWEEP_COLUMNS)]
+    fmt_row = "  ".join(f"{{:>{w}}}" for w in widths)
+    return head + "\n".join([fmt_row.format(*SWEEP_COLUMNS),
+                             *(fmt_row.format(*r) for r in rows)]) + "\n"
