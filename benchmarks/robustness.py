@@ -285,15 +285,18 @@ def device_case(rng: random.Random, ws: dict, n: int) -> Case:
 
 
 def serve_case(rng: random.Random, ws: dict, n: int) -> Case:
-    """A broken decoder graph, or the valid one with a bad --generate / --dim."""
+    """A broken decoder graph, or the valid one with a bad --generate, --dim or --batch."""
     root = ws["root"]
-    kind = rng.choice(("graph", "graph", "generate", "dim"))
+    kind = rng.choice(("graph", "graph", "generate", "dim", "batch"))
     if kind == "graph":
         model = _file(ws, f"s{n}.onnx", broken_graph_bytes(rng, {"model": ws["decoder"]}))
         return "serve", [model, "-d", "l4", "--generate", "4", *RF], False
     if kind == "generate":
         bad = rng.choice(["0", "-3", "x", "1e3", str(10**12), ""])
         return "serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", bad, *RF], False
+    if kind == "batch":
+        return "serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "4", "--batch",
+                         rng.choice(["0", "1,,2", "x", "", "8,-1", str(10**7)]), *RF], False
     return "serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "4", "--dim",
                      rng.choice(["batch=2", "seq", "x=0", "=4"]), *RF], False
 
