@@ -145,6 +145,10 @@ def _file(ws: dict, name: str, text: str | bytes) -> str:
     return str(path)
 
 
+REQUIRED_SECOND = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "MatMul", "Gather", "Reshape",
+                             "Expand", "Equal", "Less", "Greater"})
+
+
 def broken_graph_bytes(rng: random.Random, ws: dict) -> bytes:
     model = copy.deepcopy(ws["model"])
     nodes = model.graph.node
@@ -164,8 +168,9 @@ def broken_graph_bytes(rng: random.Random, ws: dict) -> bytes:
         nodes[-1].CopyFrom(first)
     elif kind == "elem":
         model.graph.input[0].type.tensor_type.elem_type = rng.choice([99, 40, -1, 1000])
-    elif kind == "arity":
-        j = rng.choice([n for n in range(len(nodes)) if len(nodes[n].input) == 2])
+    elif kind == "arity":  # ops whose second input is required (Split's is optional)
+        j = rng.choice([n for n in range(len(nodes)) if len(nodes[n].input) == 2
+                        and nodes[n].op_type in REQUIRED_SECOND])
         del nodes[j].input[1]
     raw = model.SerializeToString()
     if kind == "bytes":
