@@ -157,8 +157,46 @@ def test_cli(tmp_path):
         bad = run(main, ["serve", str(path), "-d", "l4", "--generate", "4", "--batch",
                          bad_batch])
         assert bad.exit_code == 2 and "Error: --batch" in bad.output, bad_batch
+    tp = json.loads(run(main, ["serve", str(path), "-d", "a100-sxm4-80gb", "--generate", "4",
+                               "--tp", "2", "--format", "json", "--predictor", "roofline"]
+                        ).output)
+    assert (tp["tp"], tp["cluster"]) == (2, "dgx-a100")
     mlp = tmp_path / "mlp.onnx"
     onnx.save(onnx.parser.parse_model(MLP), str(mlp))
     bad = run(main, ["serve", str(mlp), "-d", "l4", "--generate", "4"])
     assert bad.exit_code == 2 and bad.output.startswith("Error:")
     assert "Traceback" not in bad.output
+
+
+def test_tensor_parallel_serving_splits_weights_cache_and_heads():
+    one = analyze_serving(gpt2_like(**GPT), "a100-sxm4-80gb", generate=9, predictor="roofline")
+    two = analyze_serving(gpt2_like(**GPT), "a100-sxm4-80gb", generate=9, predictor="roofline",
+                          tp=2)
+    assert (two.tp, two.cluster) == (2, "dgx-a100")  # the first preset with the GPU
+    assert two.kv_bytes_per_token == one.kv_bytes_per_token / 2
+    # every parameter is split but the norms (4 of 64 fp32 values each, 3 of them) and the
+    # position table (32 x 64, replicated; the word table is vocabulary-parallel)
+    replicated = (3 * 2 * 64 + 32 * 64) * 4
+    assert two.weights_bytes == pytest.approx((one.weights_bytes - replicated) / 2
+                                              + replicated, rel=0.02)
+    assert two.max_batch > one.max_batch
+    with pytest.raises(TilecastError, match="tp=3 does not divide the 4 attention heads"):
+        analyze_serving(gpt2_like(**GPT), "h100", generate=4, tp=3)
+
+
+def test_a_tensor_parallel_decode_step_holds_its_share_and_all_reduces():
+    from tilecast.parallel.cluster import load_cluster
+    from tilecast.serving.tensor import plan_tensor
+
+    kernels, results, s = parts()
+    ranked, plan = plan_tensor(kernels, results, s, 2, load_cluster("dgx-a100"), 2 * 32)
+    step = decode_kernels(ranked, results, s, prompt=32, context=40, batch=2, graph_batch=2,
+                          tp=2)
+    products = {(d.m, d.n, d.k) for d in (k.cost.matmul for k in step) if d is not None}
+    # QKV 192 / 2 columns, the output projection's 64 / 2 reduction, the head's 1000 / 2
+    assert {(2, 96, 64), (2, 64, 32), (2, 128, 64), (2, 64, 128), (2, 500, 64)} == products
+    attend = next(k for k in step if k.op_type == "DecodeAttention")
+    assert attend.cost.bytes == (KV_LAYER * 40 // 32 + 2 * 2 * 64 * 4) // 2
+    # two row-parallel outputs per layer (64 fp32 values a token), the logits gathered
+    assert plan.allreduce_bytes == (256,) * 4 and plan.logits_bytes == 4000
+    assert plan.comm_ms(tokens=2, sequences=2) > 0

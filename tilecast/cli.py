@@ -114,10 +114,15 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
                    "graphs, as serving engines run decode).")
 @click.option("--batch", "batches", help="Sequences per batch instead of the graph's; several "
               "(e.g. 1,8,32,128) print one row each: latency against throughput.")
+@click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Split the model over this many GPUs (tensor parallel, as vLLM and "
+                   "TensorRT-LLM do); times, weights and KV cache are then per GPU.")
+@click.option("--cluster", help="Cluster preset or JSON for --tp (default: the first preset "
+              "with the device).")
 @output_options(("table", "json", "markdown"))
 def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: bool,
-          predictor: str, runtime: str, batches: str | None, fmt: str,
-          output: str | None) -> None:
+          predictor: str, runtime: str, batches: str | None, tp: int, cluster: str | None,
+          fmt: str, output: str | None) -> None:
     """Forecast serving MODEL, a decoder-only LLM's forward pass over its batch of prompts:
     time to first token, time per output token with a KV cache, throughput and KV-cache memory.
 
@@ -126,6 +131,7 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
       tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 -o llama.onnx
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph --batch 1,8,32,128,512
+      tilecast serve llama.onnx -d h100 --generate 256 --runtime graph --tp 4
       tilecast serve examples/gpt2-small.onnx -d l4 --generate 64 --format json
     """
     from .serving import analyze_serving, parse_batches
@@ -133,7 +139,8 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
 
     sizes = parse_batches(batches) if batches is not None else (None,)
     runs = [analyze_serving(model, device, generate=generate, dims=dims, predictor=predictor,
-                            runtime=runtime, fusion=fusion, batch=b) for b in sizes]
+                            runtime=runtime, fusion=fusion, batch=b, tp=tp, cluster=cluster)
+            for b in sizes]
     text = render_serving(runs[0], fmt) if len(runs) == 1 else render_sweep(runs, fmt)
     write_output(text, output)
 

@@ -67,7 +67,8 @@ def prefill_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s:
     kernel on batch / graph_batch times its work (an attention core's products on that many
     more batch x heads, the rest on that many more rows), and the LM head and what follows it
     on the last token of each sequence only (generation needs no other logits; Hugging Face
-    ``generate`` passes ``logits_to_keep=1`` and serving engines do the same)."""
+    ``generate`` passes ``logits_to_keep=1`` and serving engines do the same). One
+    tensor-parallel rank's kernels scale the same way."""
     index = _index(results)
     core = frozenset(i for blk in s.blocks for i in blk.core)
     head = {s.lm_head, *s.head_region} if s.lm_head is not None else set()
@@ -83,15 +84,17 @@ def prefill_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s:
 
 
 def decode_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: Structure,
-                   prompt: int, context: int, batch: int, graph_batch: int) -> list[Kernel]:
+                   prompt: int, context: int, batch: int, graph_batch: int,
+                   tp: int = 1) -> list[Kernel]:
     """The kernels of the decode step of ``batch`` sequences whose query attends over
     ``context`` keys, from the kernels of a forward pass over ``graph_batch`` sequences of
     ``prompt`` tokens, in launch order: every token-wise kernel on ``batch`` rows, each
-    attention core as one fused decode-attention kernel and a cache write."""
+    attention core as one fused decode-attention kernel and a cache write (over 1/tp of the
+    heads on a tensor-parallel rank, whose other kernels ``kernels`` already are)."""
     index = _index(results)
     blocks = [b for b in s.blocks if b.kind == "attention" and b.core]
     owner = {i: n for n, b in enumerate(blocks) for i in b.core}
-    sequences = Fraction(batch, graph_batch)
+    sequences = Fraction(batch, graph_batch * tp)
     step, done = [], set()
     for k in kernels:
         i = _node(k, index)

@@ -41,8 +41,10 @@ class ServingForecast:
     prefill_ms: float
     decode: tuple[DecodeStep, ...]
     weights_bytes: float
-    kv_bytes_per_token: float  # one token of one sequence, every attention layer
+    kv_bytes_per_token: float  # one token of one sequence, every attention layer (per GPU)
     extrapolated: bool = False  # a kernel outside the predictor's training data
+    tp: int = 1  # GPUs the model is split over (weights, KV cache and times are per GPU)
+    cluster: str | None = None  # the cluster preset of a tensor-parallel forecast
 
     @property
     def ttft_ms(self) -> float:
@@ -98,7 +100,8 @@ class ServingForecast:
         return {
             "schema": 1, "kind": "serving", "tilecast_version": __version__,
             "model": self.model, "device": self.device.name, "predictor": self.predictor,
-            "runtime": self.runtime, "batch": self.batch, "prompt": self.prompt,
+            "runtime": self.runtime, "tp": self.tp, "cluster": self.cluster,
+            "batch": self.batch, "prompt": self.prompt,
             "generate": self.generate, "prefill_ms": _r(self.prefill_ms),
             "ttft_ms": _r(self.ttft_ms), "tpot_ms": None if tpot is None else _r(tpot),
             "total_ms": _r(self.total_ms), "tokens_per_s": _r(self.tokens_per_s),

@@ -16,7 +16,9 @@ def _lines(f: ServingForecast) -> list[tuple[str, str]]:
            f"GiB ({f.kv_bytes_per_token:,.0f} bytes per token) of {f.capacity_bytes / GIB:.0f}"
            f" GiB: {'fits' if f.fits else 'does NOT fit'}; at most {f.max_batch:,} sequences "
            f"of {f.prompt + f.generate} tokens (activations not counted)")
-    return [("model", f.model), ("device", f.device.name),
+    gpus = (f"{f.tp}, tensor parallel on {f.cluster} (times, weights and KV cache per GPU)"
+            if f.tp > 1 else "1")
+    return [("model", f.model), ("device", f.device.name), ("gpus", gpus),
             ("requests", f"batch {f.batch} x prompt {f.prompt} tokens, {f.generate} generated "
                          "each"),
             ("predictor", f.predictor), ("runtime", f.runtime),
@@ -55,7 +57,9 @@ def render_sweep(runs: list[ServingForecast], fmt: str) -> str:
         return json.dumps({"schema": 1, "kind": "serving-sweep",
                            "runs": [f.to_dict() for f in runs]}, indent=2) + "\n"
     first = runs[0]
-    head = (f"{first.model} on {first.device.name}: prompt {first.prompt} tokens, "
+    on = f"{first.tp} x {first.device.name} (tp, {first.cluster})" if first.tp > 1 \
+        else first.device.name
+    head = (f"{first.model} on {on}: prompt {first.prompt} tokens, "
             f"{first.generate} generated, runtime {first.runtime}, predictor {first.predictor}"
             f"; at most {first.max_batch:,} sequences fit\n")
     rows = [_sweep_row(f) for f in runs]
