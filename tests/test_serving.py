@@ -127,7 +127,7 @@ def test_a_graph_without_attention_is_an_error():
     with pytest.raises(TilecastError, match="no attention pattern"):
         analyze_serving(onnx.parser.parse_model(MLP), "h100", generate=4)
     for generate in (0, 10**9):
-        with pytest.raises(TilecastError, match="generate must be 1 to 10,000,000 tokens"):
+        with pytest.raises(TilecastError, match="generate must be 1 to 10,000,000, got"):
             analyze_serving(gpt2_like(**GPT), "h100", generate=generate)
 
 
@@ -200,3 +200,27 @@ def test_a_tensor_parallel_decode_step_holds_its_share_and_all_reduces():
     # two row-parallel outputs per layer (64 fp32 values a token), the logits gathered
     assert plan.allreduce_bytes == (256,) * 4 and plan.logits_bytes == 4000
     assert plan.comm_ms(tokens=2, sequences=2) > 0
+
+
+@pytest.mark.parametrize(("graph", "target", "segment", "times"), [
+    (2, 32, 0, 31.0),  # the whole first layer, 31 times
+    (2, 32, 1, 1.0),  # the last layer's segment once (its add and norm are in the epilogue)
+    (4, 10, 1, 3.0),  # (10 - 1) / (4 - 1)
+    (1, 8, 0, 8.0),  # a one-layer graph repeats its only segment
+    (2, 2, 0, 1.0), (2, 32, "prologue", 1.0), (2, 32, "epilogue", 1.0),
+])
+def test_depth(graph, target, segment, times):
+    from tilecast.serving.depth import Depth
+
+    assert Depth(graph, target).times(segment) == times
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_repeated_layers_forecast_the_deeper_graph(tp: int):
+    deep = analyze_serving(gpt2_like(**{**GPT, "layers": 6}), "h100", generate=9, tp=tp,
+                           runtime="graph")
+    grown = analyze_serving(gpt2_like(**GPT), "h100", generate=9, tp=tp, runtime="graph",
+                            layers=6)
+    assert grown.layers == deep.layers == 6
+    for field in ("prefill_ms", "tpot_ms", "weights_bytes", "kv_bytes_per_token"):
+        assert getattr(grown, field) == pytest.approx(getattr(deep, field), rel=1e-6), field

@@ -119,10 +119,12 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
                    "TensorRT-LLM do); times, weights and KV cache are then per GPU.")
 @click.option("--cluster", help="Cluster preset or JSON for --tp (default: the first preset "
               "with the device).")
+@click.option("--layers", type=click.IntRange(min=1), help="Forecast this many transformer "
+              "layers from a graph exported with fewer identical ones (export --layers 2).")
 @output_options(("table", "json", "markdown"))
 def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: bool,
           predictor: str, runtime: str, batches: str | None, tp: int, cluster: str | None,
-          fmt: str, output: str | None) -> None:
+          layers: int | None, fmt: str, output: str | None) -> None:
     """Forecast serving MODEL, a decoder-only LLM's forward pass over its batch of prompts:
     time to first token, time per output token with a KV cache, throughput and KV-cache memory.
 
@@ -132,6 +134,8 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph --batch 1,8,32,128,512
       tilecast serve llama.onnx -d h100 --generate 256 --runtime graph --tp 4
+      tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 --layers 2 -o l2.onnx
+      tilecast serve l2.onnx -d h100 --generate 256 --layers 32
       tilecast serve examples/gpt2-small.onnx -d l4 --generate 64 --format json
     """
     from .serving import analyze_serving, parse_batches
@@ -139,8 +143,8 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
 
     sizes = parse_batches(batches) if batches is not None else (None,)
     runs = [analyze_serving(model, device, generate=generate, dims=dims, predictor=predictor,
-                            runtime=runtime, fusion=fusion, batch=b, tp=tp, cluster=cluster)
-            for b in sizes]
+                            runtime=runtime, fusion=fusion, batch=b, tp=tp, cluster=cluster,
+                            layers=layers) for b in sizes]
     text = render_serving(runs[0], fmt) if len(runs) == 1 else render_sweep(runs, fmt)
     write_output(text, output)
 

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import onnx
 
+from ..analyzer.analysis import NodeResult
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -17,8 +19,10 @@ from ..device_db import Device, load_device
 from ..errors import TilecastError
 from ..parallel.cluster import Cluster, cluster_for_device, load_cluster
 from ..parallel.context import kv_bytes, sequence_length
-from ..parallel.structure import recognize
+from ..parallel.structure import Structure, recognize
+from ..parallel.tensor import segment_of
 from .decode import decode_kernels, prefill_kernels
+from .depth import Depth
 from .forecast import DecodeStep, ServingForecast
 from .tensor import plan_tensor
 
@@ -26,6 +30,7 @@ from .tensor import plan_tensor
 MAX_GENERATE = 10_000_000
 MAX_BATCH = 1_000_000  # sequences in one batch
 MAX_TP = 1024  # GPUs one model is split over
+MAX_LAYERS = 100_000  # transformer layers
 
 
 def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
@@ -35,57 +40,89 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
                     runtime: str = "eager", fusion: bool = False,
                     batch: int | None = None, tp: int = 1,
                     cluster: str | os.PathLike[str] | Cluster | None = None,
-                    ) -> ServingForecast:
+                    layers: int | None = None) -> ServingForecast:
     """Forecast ``batch`` requests of ``prompt`` tokens generating ``generate`` tokens each,
     where the prompt length is the graph's (a decoder-only model's forward pass: export it at
     the prompt length, or bind its dims with ``dims``) and ``batch`` the graph's batch unless
     given (every kernel's work scaled to it): the prefill (time to first token), the decode
     steps with a KV cache (time per output token), and the KV cache's memory. ``tp`` splits
     the model over that many GPUs of ``cluster`` (a preset, JSON or ``Cluster``; default: the
-    first preset with this GPU): the figures are then per GPU (``tensor.py``).
+    first preset with this GPU): the figures are then per GPU (``tensor.py``). ``layers``
+    forecasts that many transformer layers from a graph exported with fewer (identical) ones.
 
     >>> f = analyze_serving("llama.onnx", "h100", generate=256)  # doctest: +SKIP
     >>> f.ttft_ms, f.tpot_ms, f.tokens_per_s, f.max_batch  # doctest: +SKIP
     """
-    if not 1 <= generate <= MAX_GENERATE:
-        raise TilecastError(f"generate must be 1 to {MAX_GENERATE:,} tokens, got {generate}")
+    _check_counts(generate, batch, tp, layers)
     check_runtime(runtime)
     dev = device if isinstance(device, Device) else load_device(device)
     pred = resolve_predictor(predictor)
-    proto = load_model(model)
-    graph = build_graph(proto, dims)
+    graph = build_graph(load_model(model), dims)
     results = prepare(graph, runtime)
     s = recognize(results)
     label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
     attention = [b for b in s.blocks if b.kind == "attention" and b.core]
     _check(results, attention, label)
+    if layers and not s.layers:
+        raise TilecastError(f"{label}: --layers repeats transformer layers, and none was "
+                            "recognized")
+    depth = Depth(s.layers, layers or s.layers)
     prompt = min(sequence_length(results, b) for b in attention)
     graph_batch = _batch(graph)
-    batch = graph_batch if batch is None else batch
-    if not 1 <= batch <= MAX_BATCH:
-        raise TilecastError(f"batch must be 1 to {MAX_BATCH:,} sequences, got {batch}")
-    kernels = expand_steps(results, group_kernels(graph, results) if fusion
-                           else node_kernels(results))
-    if not 1 <= tp <= MAX_TP:
-        raise TilecastError(f"tp must be 1 to {MAX_TP}, got {tp}")
+    batch = batch or graph_batch
     cl = _cluster(cluster, dev) if tp > 1 else None
-    kernels, plan = plan_tensor(kernels, results, s, tp, cl, graph_batch * prompt)
-    prefill_ms, extrapolated = _forecast(
-        pred, prefill_kernels(kernels, results, s, prompt, batch, graph_batch), dev, runtime)
-    prefill_ms += plan.comm_ms(batch * prompt, batch)
-    kv = [kv_bytes(results, b) / tp for b in attention]  # the graph's sequences, per layer
+    kernels, plan = plan_tensor(expand_steps(results, group_kernels(graph, results) if fusion
+                                             else node_kernels(results)),
+                                results, s, tp, cl, graph_batch * prompt, depth)
+    run = _Runner(pred, dev, runtime, results, s, depth)
+    prefill_ms, extrapolated = run(prefill_kernels(kernels, results, s, prompt, batch,
+                                                   graph_batch))
     steps = []
     for context in decode_contexts(prompt, generate):
-        ms, ext = _forecast(pred, decode_kernels(kernels, results, s, prompt, context, batch,
-                                                 graph_batch, tp), dev, runtime)
+        ms, ext = run(decode_kernels(kernels, results, s, prompt, context, batch, graph_batch,
+                                     tp))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
         extrapolated |= ext
+    kv = sum(kv_bytes(results, b) * depth.times(s.segment(b.row))  # the graph's sequences
+             for b in attention) / tp
     return ServingForecast(
-        model=label, device=dev,
-        predictor=pred.name, runtime=runtime, batch=batch, prompt=prompt, generate=generate,
-        prefill_ms=prefill_ms, decode=tuple(steps),
+        model=label, device=dev, predictor=pred.name, runtime=runtime, batch=batch,
+        prompt=prompt, generate=generate,
+        prefill_ms=prefill_ms + plan.comm_ms(batch * prompt, batch), decode=tuple(steps),
         weights_bytes=plan.weights_bytes, tp=tp, cluster=cl.name if cl is not None else None,
-        kv_bytes_per_token=sum(kv) / (graph_batch * prompt), extrapolated=extrapolated)
+        kv_bytes_per_token=kv / (graph_batch * prompt), extrapolated=extrapolated,
+        layers=layers or s.layers)
+
+
+@dataclass(frozen=True)
+class _Runner:
+    """Forecast a pass's kernels, each as often as its layer runs (``depth.py``)."""
+
+    pred: Predictor
+    device: Device
+    runtime: str
+    results: Sequence[NodeResult]
+    s: Structure
+    depth: Depth
+
+    def __call__(self, kernels: Sequence[Kernel]) -> tuple[float, bool]:
+        preds = apply_runtime(self.pred.predict(list(kernels), self.device), self.device,
+                              self.runtime)
+        times = [p.latency_ms for p in preds]
+        if self.depth.target != self.depth.graph:
+            index = {r.node.name: i for i, r in enumerate(self.results)}
+            times = [t * self.depth.times(segment_of(k, self.s, index, {}))
+                     for k, t in zip(kernels, times, strict=True)]
+        return sum(times), any(p.extrapolated for p in preds)
+
+
+def _check_counts(generate: int, batch: int | None, tp: int, layers: int | None) -> None:
+    for name, value, top in (("generate", generate, MAX_GENERATE),
+                             ("batch", batch if batch is not None else 1, MAX_BATCH),
+                             ("tp", tp, MAX_TP),
+                             ("layers", layers if layers is not None else 1, MAX_LAYERS)):
+        if not 1 <= value <= top:
+            raise TilecastError(f"{name} must be 1 to {top:,}, got {value}")
 
 
 def parse_batches(text: str) -> tuple[int, ...]:
@@ -133,9 +170,3 @@ def _cluster(cluster, device: Device) -> Cluster:
 def _batch(graph) -> int:
     shapes = [t.shape for t in graph.inputs if t.shape]
     return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
-
-
-def _forecast(pred: Predictor, kernels: Sequence[Kernel], device: Device,
-              runtime: str) -> tuple[float, bool]:
-    preds = apply_runtime(pred.predict(list(kernels), device), device, runtime)
-    return sum(p.latency_ms for p in preds), any(p.extrapolated for p in preds)

@@ -57,8 +57,9 @@ def _attention(results: Sequence[NodeResult], b: Block, prompt: int, context: in
                     elements=per_token * context)
     new = max(cache // prompt, 1)  # one token's K and V: read, then written to the cache
     write = OpCost("movement", 0, 2 * new, out.dtype, elements=max(int(new // size), 1))
-    return [Kernel(f"decode_attention.{layer}", (), "DecodeAttention", attend),
-            Kernel(f"kv_cache.write.{layer}", (), "KVCacheWrite", write)]
+    core = (results[min(b.core)].node.name,)  # the layer's: repeated with it (--layers)
+    return [Kernel(f"decode_attention.{layer}", core, "DecodeAttention", attend),
+            Kernel(f"kv_cache.write.{layer}", core, "KVCacheWrite", write)]
 
 
 def prefill_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: Structure,

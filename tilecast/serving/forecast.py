@@ -45,6 +45,7 @@ class ServingForecast:
     extrapolated: bool = False  # a kernel outside the predictor's training data
     tp: int = 1  # GPUs the model is split over (weights, KV cache and times are per GPU)
     cluster: str | None = None  # the cluster preset of a tensor-parallel forecast
+    layers: int = 0  # transformer layers forecast (the graph's, or --layers)
 
     @property
     def ttft_ms(self) -> float:
@@ -101,6 +102,7 @@ class ServingForecast:
             "schema": 1, "kind": "serving", "tilecast_version": __version__,
             "model": self.model, "device": self.device.name, "predictor": self.predictor,
             "runtime": self.runtime, "tp": self.tp, "cluster": self.cluster,
+            "layers": self.layers,
             "batch": self.batch, "prompt": self.prompt,
             "generate": self.generate, "prefill_ms": _r(self.prefill_ms),
             "ttft_ms": _r(self.ttft_ms), "tpot_ms": None if tpot is None else _r(tpot),

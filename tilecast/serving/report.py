@@ -21,6 +21,7 @@ def _lines(f: ServingForecast) -> list[tuple[str, str]]:
     return [("model", f.model), ("device", f.device.name), ("gpus", gpus),
             ("requests", f"batch {f.batch} x prompt {f.prompt} tokens, {f.generate} generated "
                          "each"),
+            ("layers", str(f.layers)),
             ("predictor", f.predictor), ("runtime", f.runtime),
             ("prefill", f"{f.prefill_ms:.3f} ms (time to first token)"),
             ("decode", decode),
