@@ -19,7 +19,7 @@ from ..device_db import Device, load_device
 from ..errors import TilecastError
 from ..parallel.cluster import Cluster, cluster_for_device, load_cluster
 from ..parallel.context import kv_bytes, sequence_length
-from ..parallel.structure import Structure, recognize
+from ..parallel.structure import Block, Structure, recognize
 from ..parallel.tensor import segment_of
 from .decode import decode_kernels, prefill_kernels
 from .depth import Depth
@@ -57,41 +57,58 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     check_runtime(runtime)
     dev = device if isinstance(device, Device) else load_device(device)
     pred = resolve_predictor(predictor)
-    graph = build_graph(load_model(model), dims)
-    results = prepare(graph, runtime)
-    s = recognize(results)
-    label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
-    attention = [b for b in s.blocks if b.kind == "attention" and b.core]
-    _check(results, attention, label)
-    if layers and not s.layers:
-        raise TilecastError(f"{label}: --layers repeats transformer layers, and none was "
+    d = _decoder(model, dims, runtime, fusion)
+    if layers and not d.s.layers:
+        raise TilecastError(f"{d.label}: --layers repeats transformer layers, and none was "
                             "recognized")
-    depth = Depth(s.layers, layers or s.layers)
-    prompt = min(sequence_length(results, b) for b in attention)
-    graph_batch = _batch(graph)
-    batch = batch or graph_batch
+    depth = Depth(d.s.layers, layers or d.s.layers)
+    batch = batch or d.batch
     cl = _cluster(cluster, dev) if tp > 1 else None
-    kernels, plan = plan_tensor(expand_steps(results, group_kernels(graph, results) if fusion
-                                             else node_kernels(results)),
-                                results, s, tp, cl, graph_batch * prompt, depth)
-    run = _Runner(pred, dev, runtime, results, s, depth)
-    prefill_ms, extrapolated = run(prefill_kernels(kernels, results, s, prompt, batch,
-                                                   graph_batch))
+    kernels, plan = plan_tensor(d.kernels, d.results, d.s, tp, cl, d.batch * d.prompt, depth)
+    run = _Runner(pred, dev, runtime, d.results, d.s, depth)
+    prefill_ms, extrapolated = run(prefill_kernels(kernels, d.results, d.s, d.prompt, batch,
+                                                   d.batch))
     steps = []
-    for context in decode_contexts(prompt, generate):
-        ms, ext = run(decode_kernels(kernels, results, s, prompt, context, batch, graph_batch,
-                                     tp))
+    for context in decode_contexts(d.prompt, generate):
+        ms, ext = run(decode_kernels(kernels, d.results, d.s, d.prompt, context, batch,
+                                     d.batch, tp))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
         extrapolated |= ext
-    kv = sum(kv_bytes(results, b) * depth.times(s.segment(b.row))  # the graph's sequences
-             for b in attention) / tp
+    kv = sum(kv_bytes(d.results, b) * depth.times(d.s.segment(b.row))  # the graph's batch
+             for b in d.attention) / tp
     return ServingForecast(
-        model=label, device=dev, predictor=pred.name, runtime=runtime, batch=batch,
-        prompt=prompt, generate=generate,
-        prefill_ms=prefill_ms + plan.comm_ms(batch * prompt, batch), decode=tuple(steps),
+        model=d.label, device=dev, predictor=pred.name, runtime=runtime, batch=batch,
+        prompt=d.prompt, generate=generate,
+        prefill_ms=prefill_ms + plan.comm_ms(batch * d.prompt, batch), decode=tuple(steps),
         weights_bytes=plan.weights_bytes, tp=tp, cluster=cl.name if cl is not None else None,
-        kv_bytes_per_token=kv / (graph_batch * prompt), extrapolated=extrapolated,
-        layers=layers or s.layers)
+        kv_bytes_per_token=kv / (d.batch * d.prompt), extrapolated=extrapolated,
+        layers=depth.target)
+
+
+@dataclass(frozen=True)
+class _Decoder:
+    """The graph as served: its kernels, recognized structure, prompt length and batch."""
+
+    label: str
+    results: tuple[NodeResult, ...]
+    s: Structure
+    attention: tuple[Block, ...]
+    kernels: tuple[Kernel, ...]
+    prompt: int
+    batch: int
+
+
+def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) -> _Decoder:
+    graph = build_graph(load_model(model), dims)
+    results = tuple(prepare(graph, runtime))
+    s = recognize(results)
+    label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
+    attention = tuple(b for b in s.blocks if b.kind == "attention" and b.core)
+    _check(results, attention, label)
+    kernels = expand_steps(results, group_kernels(graph, results) if fusion
+                           else node_kernels(results))
+    return _Decoder(label, results, s, attention, tuple(kernels),
+                    min(sequence_length(results, b) for b in attention), _batch(graph))
 
 
 @dataclass(frozen=True)
