@@ -224,3 +224,42 @@ def test_repeated_layers_forecast_the_deeper_graph(tp: int):
     assert grown.layers == deep.layers == 6
     for field in ("prefill_ms", "tpot_ms", "weights_bytes", "kv_bytes_per_token"):
         assert getattr(grown, field) == pytest.approx(getattr(deep, field), rel=1e-6), field
+
+
+# A decoder layer with an LM head whose K and V are projected from a second sequence (an
+# encoder's output): batch 2, 8 tokens, hidden 16, 4 heads of 4, vocabulary 32.
+CROSS = """<ir_version: 8, opset_import: ["" : 18]>
+g (int64[2, 8] ids, float[2, 8, 16] enc) => (float[2, 8, 32] logits)
+<float[32, 16] emb = {0.0}, float[16, 16] wq = {0.0}, float[16, 16] wk = {0.0},
+ float[16, 16] wv = {0.0}, float[16, 16] wo = {0.0}, int64[4] hs = {2, 8, 4, 4},
+ int64[3] hm = {2, 8, 16}, float sc = {0.5}> {
+  x = Gather(emb, ids)
+  q = MatMul(x, wq)
+  k = MatMul(enc, wk)
+  v = MatMul(enc, wv)
+  qh = Reshape(q, hs)
+  kh = Reshape(k, hs)
+  vh = Reshape(v, hs)
+  qt = Transpose <perm = [0, 2, 1, 3]> (qh)
+  kt = Transpose <perm = [0, 2, 3, 1]> (kh)
+  vt = Transpose <perm = [0, 2, 1, 3]> (vh)
+  sc1 = MatMul(qt, kt)
+  sc2 = Mul(sc1, sc)
+  p = Softmax <axis = -1> (sc2)
+  o = MatMul(p, vt)
+  ot = Transpose <perm = [0, 2, 1, 3]> (o)
+  om = Reshape(ot, hm)
+  a = MatMul(om, wo)
+  y = Add(a, x)
+  embt = Transpose <perm = [1, 0]> (emb)
+  logits = MatMul(y, embt)
+}"""
+
+
+def test_only_decoder_only_language_models_are_served():
+    from parallel_helpers import tiny_model
+
+    with pytest.raises(TilecastError, match="need a language model head"):
+        analyze_serving(tiny_model(), "h100", generate=4)  # a layer without a head
+    with pytest.raises(TilecastError, match="is a cross-attention"):
+        analyze_serving(onnx.parser.parse_model(CROSS), "h100", generate=4)

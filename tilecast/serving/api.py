@@ -104,7 +104,7 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     s = recognize(results)
     label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
     attention = tuple(b for b in s.blocks if b.kind == "attention" and b.core)
-    _check(results, attention, label)
+    _check(results, attention, s.lm_head, label)
     kernels = expand_steps(results, group_kernels(graph, results) if fusion
                            else node_kernels(results))
     return _Decoder(label, results, s, attention, tuple(kernels),
@@ -164,12 +164,24 @@ def decode_contexts(prompt: int, generate: int) -> list[int]:
     return [first, (first + last) // 2, last]
 
 
-def _check(results, attention, label: str) -> None:
+def _check(results, attention, lm_head: int | None, label: str) -> None:
+    """A decoder-only language model, its attention as separate kernels."""
     if not attention:
         raise TilecastError(f"{label}: serving forecasts need a decoder's attention, and no "
                             "attention pattern (Q/K/V projections -> softmax(QK^T)V -> output "
                             "projection) was recognized")
+    if lm_head is None:
+        raise TilecastError(f"{label}: serving forecasts need a language model head (the next "
+                            "token's logits: a final weighted MatMul as wide as the embedding "
+                            "table), and none was recognized")
     for b in attention:
+        sources = {t.name for i in b.column for t in results[i].node.inputs[:1]
+                   if t is not None}
+        if len(sources) > 1:  # K and V projected from another sequence than Q
+            raise TilecastError(
+                f"{label}: the attention at node '{results[b.row].node.name}' is a "
+                "cross-attention (its K and V come from another sequence than its Q): "
+                "encoder-decoder models are not supported, only decoder-only ones")
         first = results[min(b.core)]
         if first.cost is not None and first.cost.family == "attention":
             raise TilecastError(
