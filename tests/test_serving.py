@@ -256,6 +256,16 @@ g (int64[2, 8] ids, float[2, 8, 16] enc) => (float[2, 8, 32] logits)
 }"""
 
 
+# The same layer reading a KV cache: 4 past tokens' K and V before the 8 new ones.
+PAST = (CROSS.replace("float[2, 8, 16] enc", "float[2, 4, 16] pk, float[2, 4, 16] pv")
+        .replace("k = MatMul(enc, wk)", "kn = MatMul(x, wk)\n  k = Concat <axis = 1> (pk, kn)")
+        .replace("v = MatMul(enc, wv)", "vn = MatMul(x, wv)\n  v = Concat <axis = 1> (pv, vn)")
+        .replace("int64[4] hs = {2, 8, 4, 4},",
+                 "int64[4] hs = {2, 8, 4, 4}, int64[4] hk = {2, 12, 4, 4},")
+        .replace("kh = Reshape(k, hs)", "kh = Reshape(k, hk)")
+        .replace("vh = Reshape(v, hs)", "vh = Reshape(v, hk)"))
+
+
 def test_only_decoder_only_language_models_are_served():
     from parallel_helpers import tiny_model
 
@@ -263,3 +273,5 @@ def test_only_decoder_only_language_models_are_served():
         analyze_serving(tiny_model(), "h100", generate=4)  # a layer without a head
     with pytest.raises(TilecastError, match="is a cross-attention"):
         analyze_serving(onnx.parser.parse_model(CROSS), "h100", generate=4)
+    with pytest.raises(TilecastError, match="attends 8 queries to 12 keys"):
+        analyze_serving(onnx.parser.parse_model(PAST), "h100", generate=4)

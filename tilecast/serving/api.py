@@ -175,6 +175,14 @@ def _check(results, attention, lm_head: int | None, label: str) -> None:
                             "token's logits: a final weighted MatMul as wide as the embedding "
                             "table), and none was recognized")
     for b in attention:
+        scores = results[min(b.core)].cost
+        mm = scores.matmul if scores is not None else None
+        if mm is not None and mm.m != mm.n:
+            raise TilecastError(
+                f"{label}: node '{results[min(b.core)].node.name}' attends {mm.m} queries to "
+                f"{mm.n} keys: a graph that reads a KV cache (past inputs) is itself a decode "
+                "step; serve derives the decode steps from the prefill graph (bind the past "
+                "length to 0, or export without past inputs)")
         sources = {t.name for i in b.column for t in results[i].node.inputs[:1]
                    if t is not None}
         if len(sources) > 1:  # K and V projected from another sequence than Q
