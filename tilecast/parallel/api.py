@@ -108,7 +108,8 @@ def _add_loss(last: Segment, logits: TensorInfo, layout: Layout, pred: Predictor
     last.tp_fwd.extend(lk.all_reduces)
 
 
-def _batch(graph) -> int:
+def graph_batch(graph) -> int:
+    """The graph's batch: the first dim of its first shaped input (1 where unknown)."""
     shapes = [t.shape for t in graph.inputs if t.shape]
     return shapes[0][0] if shapes and shapes[0][0] > 0 else 1
 
@@ -184,7 +185,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     return ParallelForecast(
         model=str(model) if not isinstance(model, onnx.ModelProto) else graph.name,
         cluster=cl, layout=layout, predictor=pred.name, layers=layers or s.layers,
-        graph_layers=s.layers, microbatch=_batch(graph), ranks=tuple(ranks),
+        graph_layers=s.layers, microbatch=graph_batch(graph), ranks=tuple(ranks),
         collectives=tuple(collectives), warnings=tuple(warnings + _memory_warnings(ranks)),
         runtime=runtime, experts=max((g.experts for g in moe), default=0),
         sequence=min((sequence_length(results, b) for b in s.blocks

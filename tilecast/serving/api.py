@@ -17,6 +17,7 @@ from ..analyzer.steps import expand_steps
 from ..analyzer.types import Kernel
 from ..device_db import Device, load_device
 from ..errors import TilecastError
+from ..parallel.api import graph_batch
 from ..parallel.cluster import Cluster, cluster_for_device, load_cluster
 from ..parallel.context import kv_bytes, sequence_length
 from ..parallel.structure import Block, Structure, recognize
@@ -108,7 +109,7 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     kernels = expand_steps(results, group_kernels(graph, results) if fusion
                            else node_kernels(results))
     return _Decoder(label, results, s, attention, tuple(kernels),
-                    min(sequence_length(results, b) for b in attention), _batch(graph))
+                    min(sequence_length(results, b) for b in attention), graph_batch(graph))
 
 
 @dataclass(frozen=True)
@@ -202,8 +203,3 @@ def _cluster(cluster, device: Device) -> Cluster:
     if cluster is None:
         return cluster_for_device(device)
     return cluster if isinstance(cluster, Cluster) else load_cluster(cluster)
-
-
-def _batch(graph) -> int:
-    shapes = [t.shape for t in graph.inputs if t.shape]
-    return shapes[0][0] if shapes and shapes[0][0] > 0 else 1

@@ -7,12 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..device_db import Device
-
-GIB = 2**30
-
-
-def _r(x: float) -> float:
-    return float(f"{x:.6g}")
+from ..parallel.forecast import GIB, _r
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..parallel.report import _table
 from .forecast import GIB, ServingForecast
 
 
@@ -63,12 +64,5 @@ def render_sweep(runs: list[ServingForecast], fmt: str) -> str:
     head = (f"{first.model} on {on}: prompt {first.prompt} tokens, "
             f"{first.generate} generated, runtime {first.runtime}, predictor {first.predictor}"
             f"; at most {first.max_batch:,} sequences fit\n")
-    rows = [_sweep_row(f) for f in runs]
-    if fmt == "markdown":
-        lines = ["| " + " | ".join(SWEEP_COLUMNS) + " |",
-                 "|" + "---:|" * len(SWEEP_COLUMNS)] + ["| " + " | ".join(r) + " |" for r in rows]
-        return head + "\n" + "\n".join(lines) + "\n"
-    widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(SWEEP_COLUMNS)]
-    fmt_row = "  ".join(f"{{:>{w}}}" for w in widths)
-    return head + "\n".join([fmt_row.format(*SWEEP_COLUMNS),
-                             *(fmt_row.format(*r) for r in rows)]) + "\n"
+    md = fmt == "markdown"  # a blank line so that the table is not read as the heading's
+    return head + ("\n" if md else "") + _table(SWEEP_COLUMNS, [_sweep_row(f) for f in runs], md)
