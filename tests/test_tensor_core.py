@@ -66,3 +66,45 @@ def test_monotone_in_work_and_never_under_the_roofline(device: str) -> None:
     for run in (preds[0:6], preds[6:9], preds[9:12]):
         lat = [p.latency_ms for p in run]
         assert lat == sorted(lat)
+
+
+def _busy_ms(kernel: Kernel, device) -> float:
+    p = default_predictor().predict([kernel], device)[0]
+    return p.gpu_ms - p.fixed_ms
+
+
+@pytest.mark.parametrize("device", ["a100-sxm4-80gb", "h100-sxm5-80gb", "l4", "t4"])
+def test_a_decode_gemm_streams_its_weights_as_a_copy_does(device: str) -> None:
+    # 8 rows against a 14336 x 4096 bf16 weight (117 MB, over twice every L2 here, so all of
+    # it comes from DRAM): the GEMM's busy time is the device's streaming time for its bytes,
+    # what the elementwise model gives a copy of as many bytes (its plain FLOPs, 0.9 GFLOP, are
+    # a few microseconds at the sustained matrix rate and vanish in the smooth maximum).
+    dev = load_device(device)
+    dtype = "bfloat16" if dev.peak_tflops("bfloat16", "matrix") > 0 else "float16"
+    gemm = _gemm(8, dtype, n=14336, k=4096)
+    elements = gemm.bytes // 4  # a copy: each 2-byte element read once and written once
+    copy = Kernel("copy", ("copy",), "Identity",
+                  OpCost("elementwise", 0, 4 * elements, dtype, elements=elements))
+    assert _busy_ms(gemm, dev) == pytest.approx(_busy_ms(copy, dev), rel=0.01)
+
+
+@pytest.mark.parametrize("device", ["a100-sxm4-80gb", "h100-sxm5-80gb"])
+def test_few_rows_are_not_padded_to_a_tile(device: str) -> None:
+    # Memory-bound GEMMs take their plain FLOPs: 1 to 64 rows against an 8192^2 fp16 weight
+    # (134 MB) cost the weight's stream, plus 1.5 % for 64 rows' own input and output and
+    # under 1 % from their 8.6 GFLOP in the smooth maximum, not 1-64 rows padded to a
+    # 128-row tile (2x-128x the FLOPs).
+    dev = load_device(device)
+    busy = [_busy_ms(_gemm(m, n=8192, k=8192), dev) for m in (1, 8, 64)]
+    assert busy == sorted(busy)
+    assert busy[-1] < 1.05 * busy[0]
+
+
+@pytest.mark.parametrize("device", ["a100-sxm4-80gb", "h100-sxm5-80gb", "l4", "t4"])
+def test_monotone_across_the_ridge_point(device: str) -> None:
+    # Past the ridge point (intensity ~ rows for a skinny GEMM) the compute term turns to
+    # whole waves of tiles, at least the plain FLOPs: the forecast may step up, never down.
+    dev = load_device(device)
+    kernels = [_gemm(m, n=4096, k=4096) for m in range(8, 1025, 8)]
+    lat = [p.latency_ms for p in default_predictor().predict(kernels, dev)]
+    assert lat == sorted(lat)

@@ -24,6 +24,7 @@ from .runtime import apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
 from .views import eager_views
+from .weights import mark_weight_operands
 
 MODES = ("inference", "training")
 
@@ -54,13 +55,14 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
 def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
     """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
     GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
-    (activations.py), and eager PyTorch's views (views.py)."""
+    (activations.py), eager PyTorch's views (views.py), and the GEMM operands that are
+    weights marked (weights.py)."""
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
         results = eager_views(results, outputs)
-    return tuple(results)
+    return mark_weight_operands(results)
 
 
 def node_kernels(results: Sequence[NodeResult]) -> list[Kernel]:

@@ -66,7 +66,7 @@ def _matmul_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     if d is None:
         return _generic_bw(r, need)
     if a is not None and a.name in need:  # dA = dY . B^T
-        out.append(("dA", _mm(MatmulDims(d.b, d.m, d.k, d.n, d.batched),
+        out.append(("dA", _mm(MatmulDims(d.b, d.m, d.k, d.n, d.batched, d.weight_b),
                               _nb(y) + _nb(b) + _nb(a), c)))
     if b is not None and b.name in need:  # dB = A^T . dY (summed over batch for a 2-D weight)
         dims = MatmulDims(d.b, d.k, d.n, d.m, d.batched)

@@ -108,6 +108,9 @@ class MatmulDims:
     # A batched product (both operands carry the batch), even of batch 1: cuBLAS runs a
     # (strided) batched GEMM, not the linear layer's GEMM with a shared weight.
     batched: bool = False
+    # B (k x n, b of them) is a constant of the graph (a layer's weight): read once per pass,
+    # so it comes from DRAM when the pass's weights outgrow the L2 (analyzer/weights.py).
+    weight_b: bool = False
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,9 @@ class KernelColumns:
     tile_n: np.ndarray
     split_k: np.ndarray | None = None  # matmul reduction slices (grid z); None: 1
     layout_tn: np.ndarray | None = None  # matmul: 1 for a linear layer's layout; None: 0
+    # Bytes that come from DRAM whatever the L2 holds: a model's weights, when its pass reads
+    # more of them than the L2 keeps (analyzer/weights.py); None: 0 (a kernel benchmark).
+    cold_bytes: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -164,12 +167,15 @@ def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: Device
             compute_s: np.ndarray, traffic: np.ndarray, blocks: np.ndarray,
             slots: np.ndarray, block_bytes: np.ndarray,
             rereads: np.ndarray | float = 0.0,
-            dram_rereads: np.ndarray | float = 0.0) -> Features:
+            dram_rereads: np.ndarray | float = 0.0,
+            cold: np.ndarray | None = None) -> Features:
     """Split the traffic at the L2, count waves, stack ``x`` in ``FEATURES`` order.
     ``block_bytes``: DRAM bytes of one full block (fixed by the block shape, not the size);
     ``rereads``: bytes a block reads again soon after its first read, served by the L2;
-    ``dram_rereads``: such bytes the L2 no longer holds, read again from DRAM."""
-    hits = l2_hits(traffic, dc.l2_bytes)
+    ``dram_rereads``: such bytes the L2 no longer holds, read again from DRAM; ``cold``:
+    bytes of the traffic that miss the L2 whatever its size (``KernelColumns.cold_bytes``)."""
+    warm = traffic if cold is None else traffic - np.minimum(cold, traffic)
+    hits = l2_hits(warm, dc.l2_bytes)
     capacity = dc.sm_count * slots
     waves = np.maximum(np.ceil(blocks / capacity), 1.0)
     cols = np.stack([x[name] for name in FEATURES[family]], axis=1).astype(np.float32)
@@ -202,7 +208,7 @@ def matmul_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
         "tensor_core": dc.tensor_core}
     block_bytes = kc.itemsize * ((tm + tn) * np.ceil(k / split) + tm * tn)
     return _finish("matmul", x, kc, dc, compute_s, kc.bytes + partials, blocks, slots,
-                   block_bytes)
+                   block_bytes, cold=kc.cold_bytes)
 
 
 def _issue_bound(tm: np.ndarray, tn: np.ndarray, dc: DeviceColumns) -> np.ndarray:

@@ -94,7 +94,7 @@ class OnnxPredictor:
         self.conv_tree = _conv_tree(meta, self.path) if "conv" in self.ranges else None
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
-        routed = route(kernels, conv_model=self.conv_tree is not None)
+        routed = _stream_weights(route(kernels, conv_model=self.conv_tree is not None), device)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
         outs = self._run(feats)
         self._simt_ceiling(feats, outs, device)
@@ -166,12 +166,34 @@ class OnnxPredictor:
         self._conv_dispatch(family, conv, terms, device)
         tc = self._matrix_units(family, f, p, device)
         if tc is not None:
-            s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, u_m,
-                                      terms["fixed"], terms["host"])
+            s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction,
+                                      self._stream_ms(f, tc, p, device), terms["fixed"],
+                                      terms["host"])
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
                                 ("compute", s.compute_ms), ("memory", s.memory_ms)):
                 terms[key][tc] = values
         return terms
+
+    def _stream_ms(self, f: ft.Features, mask: np.ndarray, p: Parts,
+                   device: Device) -> np.ndarray:
+        """The busy time of the device's streaming kernels for the bytes of the rows ``mask``
+        (``tensor_core.py``): the elementwise model on a copy of as many bytes, split between
+        DRAM and the L2 as the GEMM's are."""
+        n = int(mask.sum())
+        dtype, itemsize = p.dtype[mask], p.itemsize[mask]
+        dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), dtype,
+                               np.full(n, "vector", dtype=object))
+        dram, cached = f.dram_ms[mask], f.cached_ms[mask]
+        elements = np.maximum((dram + cached) * 1e-3 * dc.bandwidth / (2.0 * itemsize), 1.0)
+        zeros = np.zeros(n)
+        kc = ft.KernelColumns(zeros, 2.0 * elements * itemsize, itemsize, elements, zeros,
+                              zeros, zeros, zeros, zeros, zeros, zeros, zeros)
+        copy = replace(ft.build_features("elementwise", kc, dc), dram_ms=dram,
+                       cached_ms=cached)
+        io = io_names("elementwise")
+        outs = self._run({fam: (copy if fam == "elementwise" else _empty(fam),)
+                          for fam in self.ranges})
+        return (outs[io["gpu_ms"]] - outs[io["fixed_ms"]]).astype(np.float64)
 
     def _matrix_units(self, family: str, f: ft.Features, p: Parts | ConvParts,
                       device: Device) -> np.ndarray | None:
@@ -240,7 +262,8 @@ class OnnxPredictor:
                                                        dc.sm_count[tc])
         tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
-                              p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float))
+                              p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float),
+                              cold_bytes=p.weight)
         return ft.build_features("matmul", kc, dc), tl.tile_labels(tile, split), row
 
     def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
@@ -265,6 +288,24 @@ def _conv_tree(meta: dict[str, str], path: Path) -> tl.TileTree:
     except (KeyError, TypeError, ValueError) as exc:
         raise PredictorError(f"{path}: conv metadata lacks a valid {exc}; regenerate it "
                              f"({tl.REGENERATE})") from exc
+
+
+def _stream_weights(routed: Routed, device: Device) -> Routed:
+    """Weights come from DRAM when the kernels predicted together (a pass) read more of them
+    than the L2 holds: none is left for the next pass (analyzer/weights.py). Otherwise they
+    stay resident, as in the kernel benchmarks (a lone GEMM predicted again and again)."""
+    mm = routed.parts["matmul"]
+    assert isinstance(mm, Parts)
+    if mm.weight.sum() > device.l2_cache_mb * 2**20:
+        return routed
+    return replace(routed, parts=routed.parts | {"matmul": replace(mm, weight=mm.weight * 0)})
+
+
+def _empty(family: str) -> ft.Features:
+    """No rows of ``family`` (the graph takes every family's inputs on each run)."""
+    none = np.zeros(0)
+    return ft.Features(family, np.zeros((0, len(ft.FEATURES[family])), dtype=np.float32),
+                       *(none for _ in range(8)))
 
 
 def _take(p: Parts, idx: np.ndarray) -> Parts:

@@ -34,7 +34,7 @@ from .dataset import SOFTMAX_FLOPS_PER_ELEMENT
 _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
          "attention": 5}
 _OTHER = 6
-_NO_MM = (0, 0, 0, 0)
+_NO_MM = (0, 0, 0, 0, False)
 _NO_ROWS = (0, 0)
 CONV_MEASURED_DTYPES = ("float32",)
 # Vector dtypes whose behaviour is measured (or a half-width float of it): others go bytewise.
@@ -62,6 +62,7 @@ class Parts:
     primary: np.ndarray  # bool: this part names the kernel's tile
     fallback: np.ndarray  # bool: routed by a rule rather than the kernel's own model
     bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
+    weight: np.ndarray  # bytes of a B operand that is a layer's weight (analyzer/weights.py)
 
 
 @dataclass(frozen=True)
@@ -87,7 +88,7 @@ class Routed:
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
                    "estimated")
-_MM = attrgetter("b", "m", "n", "k")
+_MM = attrgetter("b", "m", "n", "k", "weight_b")
 _ROWS = attrgetter("rows", "cols")
 
 
@@ -99,7 +100,7 @@ def _layout_code(op_type: str, mm) -> int:
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
-    """(numbers (n, 15), dtype names, unit names) read from the kernels in one pass (the hot
+    """(numbers (n, 16), dtype names, unit names) read from the kernels in one pass (the hot
     loop of serving: C-level attribute getters, one tuple per kernel); the last two columns
     index the name lists."""
     recs = []
@@ -119,7 +120,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
                 *(_MM(mm) if mm is not None else _NO_MM),
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
                 _layout_code(kernel.op_type, mm), est, d, u))
-    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 15)
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 16)
     return arr, list(dtypes), list(units)
 
 
@@ -131,7 +132,7 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
         "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k", "rows", "cols")),
         dtype, unit, layout if layout is not None else np.full(n, "nn", dtype=object),
         np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy(),
-        np.zeros(n, dtype=bool))
+        np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64))
 
 
 def _bytewise(p: Parts) -> Parts:
@@ -181,11 +182,11 @@ def _conv_parts(kernels: Sequence[Kernel], idx: np.ndarray, dtype: np.ndarray,
 def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     """Parts per trained family for ``kernels``; ``conv_model``: the predictor has one."""
     a, dtypes, units = _read(kernels)
-    dtype = np.array(dtypes, dtype=object)[a[:, 13].astype(np.int64)]
-    unit = np.array(units, dtype=object)[a[:, 14].astype(np.int64)]
-    estimated = a[:, 12] > 0
+    dtype = np.array(dtypes, dtype=object)[a[:, 14].astype(np.int64)]
+    unit = np.array(units, dtype=object)[a[:, 15].astype(np.int64)]
+    estimated = a[:, 13] > 0
     col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
-                    "rows", "cols", "gemm"), a.T[:12], strict=True))
+                    "weight_b", "rows", "cols", "gemm"), a.T[:13], strict=True))
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions
@@ -204,6 +205,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
 
     idx, c = sub(is_mm)
     c["elements"] = c["b"] * c["m"] * c["n"]
+    c["weight"] = c["weight_b"] * c["b"] * c["k"] * c["n"] * c["itemsize"]
     # A linear layer's GEMM (Gemm, or a weight shared by every row: b = 1) is "tn"; a batched
     # product is "nn" at any batch, 1 included (as the bmm training rows are).
     layout = np.where((c["gemm"] > 0) | ((c["b"] == 1) & (c["gemm"] == 0)), "tn",

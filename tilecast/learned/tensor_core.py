@@ -8,15 +8,26 @@ fp16 GEMM to 41 % of the H100's peak and 52-65 % of the A100's, where vendor BLA
 and 77 % (``Device.matrix_sustained_fraction``, sourced per GPU, docs/devices.md). So those
 kernels take the physics instead, the learned parts that do not depend on the math unit kept:
 
-    busy_ms = smax4(compute_ms / sustained_fraction, dram_ms / u_memory)
+    busy_ms = smax4(compute / sustained_fraction, stream_ms)
     gpu_ms  = fixed_ms + busy_ms
 
-``compute_ms`` is the FLOPs in whole waves of cuBLAS's tensor-core tiles at the matrix peak (tile
-quantization stays), ``dram_ms`` the bytes that miss the L2; ``u_memory`` and ``fixed_ms`` are the
-model's (learned from fp32 streaming and launches). Every term grows with the work and the
-fraction is a constant of the GPU, so the forecast stays monotone, and ``u <= 1`` keeps it above
-the roofline. GPUs without a sourced fraction keep the learned form; the kernels stay
-``extrapolated`` either way (no measured 16-bit kernel; issue 13 replaces this with data).
+``stream_ms`` is the time the device's streaming kernels take for the GEMM's DRAM bytes (the
+learned elementwise model's busy time for a copy of that many bytes, read from DRAM): cuBLAS's
+tensor-core kernels load their operands with multi-stage asynchronous copies, and a
+memory-bound one (a decode step's few rows against a weight matrix) streams the weights as a
+copy does. The fp32 SIMT GEMMs the matmul model learned its memory utilization from run such
+shapes on one block per SM at 35-46 % of the DRAM bandwidth (the shared data's linears with
+at most 16 rows), which is not what these kernels do.
+
+``compute`` is, for a compute-bound GEMM (arithmetic intensity at or above the GPU's ridge
+point), its FLOPs in whole waves of cuBLAS's tensor-core tiles at the matrix peak (tile
+quantization stays); for a memory-bound one, its plain FLOPs: cuBLAS serves few rows with
+small-M tiles and split-K that keep every SM busy, so a 128-row tile is never padded from 8
+rows. A GEMM's intensity only grows with M, N or K, so it crosses from the second rule to the
+first once, to a compute term at least as large: the forecast stays monotone. ``fixed_ms`` is
+the model's (learned from launches). ``u <= 1`` keeps it above the roofline. GPUs without a
+sourced fraction keep the learned form; the kernels stay ``extrapolated`` either way (no
+measured 16-bit kernel; issue 13 replaces this with data).
 """
 
 from __future__ import annotations
@@ -36,7 +47,7 @@ class Sustained:
     gpu_ms: np.ndarray
     latency_ms: np.ndarray
     compute_ms: np.ndarray  # the compute term: compute_ms / sustained_fraction
-    memory_ms: np.ndarray  # the memory term: dram_ms / u_memory
+    memory_ms: np.ndarray  # the memory term: the DRAM bytes' streaming time
 
 
 def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
@@ -45,11 +56,12 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     return top * ((a / top) ** p + (b / top) ** p) ** (1.0 / p)
 
 
-def sustained(f: Features, mask: np.ndarray, fraction: float, u_memory: np.ndarray,
+def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
               fixed_ms: np.ndarray, host_ms: np.ndarray) -> Sustained:
     """Latency of the matrix-unit rows ``mask`` of the matmul family at ``fraction`` of the
-    matrix peak, with the model's memory utilization, fixed cost and host dispatch."""
-    compute = f.compute_ms[mask] / fraction
-    memory = f.dram_ms[mask] / u_memory[mask]
-    gpu = fixed_ms[mask] + smooth_max(compute, memory, P_BUSY)
-    return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, memory)
+    matrix peak, their DRAM bytes at the streaming time ``stream_ms`` (one per masked row),
+    with the model's fixed cost and host dispatch."""
+    memory_bound = f.roof_memory_ms[mask] >= f.roof_compute_ms[mask]
+    compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask]) / fraction
+    gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY)
+    return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, stream_ms)
