@@ -277,10 +277,10 @@ def test_cli_parallel_json_lists_collectives(tmp_path):
                                       "roofline", "--runtime", "graph"])
     assert graph.exit_code == 0, graph.output
     assert "runtime" in graph.output and "graph" in graph.output
-    no_math = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
-                                        "--parallel", "dp=2", "--cluster", "dgx-a100",
-                                        "--math", "tf32"])
-    assert no_math.exit_code == 2 and "--math" in no_math.output
+    tf32 = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training",
+                                     "--parallel", "dp=2", "--cluster", "dgx-a100",
+                                     "--predictor", "roofline", "--math", "tf32"])
+    assert tf32.exit_code == 0 and "math" in tf32.output and "tf32" in tf32.output
     auto = CliRunner().invoke(main, ["analyze", str(path), "--mode", "training", "--parallel",
                                      "auto", "--gpus", "4", "--cluster", "dgx-a100",
                                      "--predictor", "roofline"])

@@ -69,6 +69,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
       tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
       tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
+      tilecast analyze gpt-fp32.onnx --mode training --parallel dp=8 --cluster dgx-h100 \
+        --math amp-bf16
       tilecast analyze gpt.onnx --mode training --parallel auto --gpus 8 --cluster dgx-a100 \
         --train-tokens 300B
       tilecast analyze switch.onnx --mode training --parallel dp=8,ep=4 --cluster dgx-h100
@@ -76,13 +78,12 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
     """
     if parallel["parallel"]:
-        if math:
-            raise click.UsageError("--math is not supported with --parallel yet")
         from .parallel.cli import run_parallel
 
         write_output(run_parallel(model, device=device, dims=dims, mode=mode,
                                   predictor=predictor, optimizer=optimizer, fmt=fmt,
-                                  runtime=runtime or "eager", fusion=fusion, **parallel),
+                                  runtime=runtime or "eager", fusion=fusion,
+                                  math=math or "graph", **parallel),
                      output)
         return
     if not device:

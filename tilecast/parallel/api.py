@@ -13,6 +13,8 @@ from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
+from ..analyzer.mathmode import apply_autocast, check_math, tf32_kernels
+from ..analyzer.params import parameters
 from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.runtime import apply_runtime, check_runtime
@@ -122,7 +124,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      optimizer: str = "adam", layers: int | None = None,
                      clip_grad: bool = True, fusion: bool = False,
                      fused_optimizer: bool = True, runtime: str = "eager",
-                     loss: bool = True) -> ParallelForecast:
+                     loss: bool = True, math: str = "graph") -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth;
@@ -136,6 +138,10 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     parameter without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or
     graph) issues each rank's kernels as ``tilecast analyze --runtime`` does. ``loss`` adds
     Megatron-LM's vocabulary-parallel cross entropy after the LM head (``loss.py``).
+    ``math`` runs an fp32 graph as ``tilecast analyze --math`` does (analyzer.mathmode):
+    ``tf32`` on TF32 tensor cores, ``amp-fp16`` / ``amp-bf16`` under ``torch.autocast`` with
+    its casts (each rank casts its shard of a split weight); the parameters, their gradients
+    and the optimizer stay in the graph's dtype (fp32 master weights).
 
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
@@ -144,8 +150,10 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     cl = load_cluster(cluster)
     if device is not None:
         cl = replace(cl, device=load_device(device))
+    check_math(math, cl.device)
     pred = resolve_predictor(predictor)
     proto, graph, results = _graph(model, dims, runtime)
+    results = apply_autocast(results, math)
     s = recognize(results)
     warnings = list(s.warnings)
     moe, plan = _check_structure(results, s, layout, layers, graph.name or str(model))
@@ -157,6 +165,9 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         kernels = fused_backward(kernels, forward, results)
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = _rank_kernels(kernels, results, index, layout, plan, r, s)
+    dtype = _update_dtype(results, kernels)
+    if math == "tf32":
+        kernels = tf32_kernels(kernels)
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
@@ -177,7 +188,6 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     if layout.pp > len(units):
         raise TilecastError(f"pp={layout.pp} needs at least {layout.pp} layers, the model "
                             f"has {len(units)}")
-    dtype = kernels[0].dtype if kernels else "float32"
     if fused_optimizer and optimizer != "none":
         _fused_update(units, optimizer, dtype, pred, cl.device)
     clip = _clip_ms_per_byte(units, dtype, pred, cl.device) if clip_grad else None
@@ -190,7 +200,16 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         runtime=runtime, experts=max((g.experts for g in moe), default=0),
         sequence=min((sequence_length(results, b) for b in s.blocks
                       if b.kind == "attention" and b.core), default=0),
-        peak_tflops=gemm_peak_tflops(kernels, cl.device))
+        peak_tflops=gemm_peak_tflops(kernels, cl.device), math=math)
+
+
+def _update_dtype(results: Sequence[NodeResult], kernels: Sequence[Kernel]) -> str:
+    """The dtype the optimizer step and gradient clipping run in: the parameters' (fp32
+    master weights under autocast), else the first kernel's."""
+    dtypes = Counter(t.dtype for t in parameters(results).values())
+    if dtypes:
+        return dtypes.most_common(1)[0][0]
+    return kernels[0].dtype if kernels else "float32"
 
 
 def gemm_peak_tflops(kernels: Sequence[Kernel], device: Device) -> float:

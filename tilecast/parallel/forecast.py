@@ -118,6 +118,7 @@ class ParallelForecast:
     sequence: int = 0  # the attention's query length (0: no attention recognized)
     run: TrainingRun | None = None  # a whole run at this step (``run.plan_run``), if asked
     peak_tflops: float = 0.0  # per-GPU peak of the GEMMs' dtype (0: unknown)
+    math: str = "graph"  # the arithmetic (analyzer.mathmode): graph, tf32, amp-fp16, amp-bf16
 
     @property
     def step_ms(self) -> float:
@@ -163,7 +164,8 @@ class ParallelForecast:
                        "recompute": self.layout.recompute,
                        "virtual_stages": self.layout.virtual_stages,
                        "overlap_grad_reduce": self.layout.overlap_grad_reduce},
-            "predictor": self.predictor, "runtime": self.runtime, "layers": self.layers,
+            "predictor": self.predictor, "runtime": self.runtime, "math": self.math,
+            "layers": self.layers,
             "graph_layers": self.graph_layers, "experts": self.experts,
             "sequence": self.sequence,
             "microbatch": self.microbatch,

@@ -67,7 +67,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
             ("batch", f"global {f.global_batch} = microbatch {f.microbatch} x "
                       f"{lay.microbatches} x dp {lay.dp}"),
             *_split_lines(f),
-            ("predictor", f.predictor), ("runtime", f.runtime),
+            ("predictor", f.predictor), ("runtime", f.runtime), ("math", f.math),
             ("step", f"{f.step_ms:.3f} ms"),
             ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU" + _utilization(f)),
             *([("run", f.run.summary())] if f.run is not None else []),

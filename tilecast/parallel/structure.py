@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..analyzer.analysis import NodeResult
+from ..analyzer.mathmode import AUTOCAST_REASON
 from ..analyzer.types import TensorInfo
 
 # Families a walk may not cross: they end a linear chain (weights, rows, gathers, ...).
@@ -102,8 +103,10 @@ class Walker:
             src = t
             while src is not None and not src.is_initializer and src.name in self.producer:
                 p = self.results[self.producer[src.name]]
-                if p.cost is not None or len(p.node.inputs) != 1:
-                    break  # only zero-cost single-input views (Transpose, Identity) pass
+                if (p.cost is not None and p.reason != AUTOCAST_REASON) \
+                        or len(p.node.inputs) != 1:
+                    break  # zero-cost single-input views (Transpose, Identity) pass, and
+                    # the weight cast autocast inserts (analyzer.mathmode)
                 src = p.node.inputs[0]
             if src is not None and src.is_initializer and src.shape and len(src.shape) == 2:
                 return src

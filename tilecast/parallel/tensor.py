@@ -19,7 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims
+from ..analyzer.mathmode import AUTOCAST_REASON
+from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims, TensorInfo
 from ..errors import TilecastError
 from .structure import EPILOGUE, PROLOGUE, Structure
 
@@ -43,18 +44,39 @@ def roles(results: Sequence[NodeResult], s: Structure, sequence_parallel: bool) 
     if sequence_parallel:  # norms, dropouts, residual adds between the blocks
         split |= {i for i in range(len(results)) if isinstance(s.segment(i), int)
                   and i not in column and i not in row}
+    producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
+    casts: set[int] = set()  # autocast's casts of split weights: each rank casts its shard
     tensors = {t.name for i in split for t in results[i].node.outputs}
     for i in column:  # weight and bias of a column-parallel linear, and its output
-        tensors.update(t.name for t in results[i].node.inputs[1:] if t is not None
-                       and t.is_initializer)
+        tensors.update(_weights(results, producer, results[i].node.inputs[1:], casts))
         tensors.update(t.name for t in results[i].node.outputs)
     for i in row:
-        w = results[i].node.input(1)
-        if w is not None and w.is_initializer:
-            tensors.add(w.name)
+        tensors.update(_weights(results, producer, results[i].node.inputs[1:2], casts))
+    split |= casts
     for i in s.vocab_gathers:
         tensors.add(results[i].node.inputs[0].name)
     return Roles(frozenset(column), frozenset(row), frozenset(split), frozenset(tensors))
+
+
+def _weights(results: Sequence[NodeResult], producer: Mapping[str, int],
+             inputs: Sequence[TensorInfo | None], casts: set[int]) -> set[str]:
+    """The initializers among ``inputs``, directly or behind the casts ``torch.autocast``
+    inserts (analyzer.mathmode) and zero-cost views; those casts' indices go to ``casts``."""
+    out = set()
+    for t in inputs:
+        seen: list[int] = []
+        while t is not None and not t.is_initializer and t.name in producer:
+            j = producer[t.name]
+            r = results[j]
+            if r.reason == AUTOCAST_REASON:
+                seen.append(j)
+            elif r.cost is not None or len(r.node.inputs) != 1:
+                break
+            t = r.node.inputs[0]
+        if t is not None and t.is_initializer:
+            out.add(t.name)
+            casts.update(seen)
+    return out
 
 
 def check_divisible(results: Sequence[NodeResult], s: Structure, tp: int) -> None:
