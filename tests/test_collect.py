@@ -114,6 +114,19 @@ def test_default_grid_is_deterministic_and_in_range():
     assert all(s.dims[0] == 1 for s in default_grid("linear", 10))
 
 
+def test_zoo_linears_include_their_decode_steps():
+    # Llama 3 8B's projections (hidden 4096, MLP 14336) at 1-128 rows: the memory-bound GEMMs
+    # a decode step runs, beside the 512-16384-token prefill shapes.
+    from tilecast.collect.cli import ZOO_DIR
+    from tilecast.collect.shapes import DECODE_ROWS, zoo_shapes
+
+    shapes = zoo_shapes("linear", [ZOO_DIR / "llama-3-8b.json"])
+    rows = {s.dims[1] for s in shapes if (s.dims[2], s.dims[3]) == (14336, 4096)}
+    assert rows == set(DECODE_ROWS) | {512, 2048, 8 * 512, 8 * 2048}
+    assert zoo_shapes("bmm", [ZOO_DIR / "llama-3-8b.json"])  # and the others unchanged
+    assert all(s.dims[1] >= 512 for s in zoo_shapes("ln", [ZOO_DIR / "llama-3-8b.json"]))
+
+
 def test_default_conv_plan_covers_cnn_kinds():
     """1x1 / 3x3 / 7x7, strided, grouped, depthwise, NCHW and channels-last, and batch norm."""
     convs = default_grid("conv", 200)

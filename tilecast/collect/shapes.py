@@ -155,14 +155,24 @@ def _config_sizes(cfg: dict) -> tuple[int, int, int] | None:
     return hidden, heads, get("intermediate_size", "n_inner", "d_ff", "ffn_dim") or 4 * hidden
 
 
+# Rows of a decode step's linears (one new token per sequence: the batch), where a GEMM reads
+# its weight once and is memory-bound: the learned predictor's tensor-core streaming rule
+# (learned/tensor_core.py) rests on physics and public benchmarks until these are measured.
+DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
+
+
 def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -> list[Shape]:
-    """The kernels of transformer layers of the given configs (linear, attention, rows)."""
+    """The kernels of transformer layers of the given configs (linear, attention, rows), and
+    for linears their decode steps too (``DECODE_ROWS`` rows)."""
     out = []
     for path in configs:
         sizes = _config_sizes(json.loads(path.read_text()))
         if sizes is None:
             continue
         h, heads, ffn = sizes
+        if op == "linear":
+            out += [Shape(op, (1, m, n, k)) for m in DECODE_ROWS
+                    for n, k in ((3 * h, h), (h, h), (ffn, h), (h, ffn))]
         for b in batches:
             for s in seqs:
                 t = b * s
