@@ -24,6 +24,7 @@ from ..parallel.structure import Block, Structure, recognize
 from ..parallel.tensor import segment_of
 from .decode import decode_kernels, prefill_kernels
 from .depth import Depth
+from .experts import expert_shares
 from .forecast import DecodeStep, ServingForecast
 from .tensor import plan_tensor
 
@@ -69,10 +70,12 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     run = _Runner(pred, dev, runtime, d.results, d.s, depth)
     prefill_ms, extrapolated = run(prefill_kernels(kernels, d.results, d.s, d.prompt, batch,
                                                    d.batch))
+    shares = expert_shares(d.results, d.s, d.batch * d.prompt, batch)
     steps = []
     for context in decode_contexts(d.prompt, generate):
-        ms, ext = run(decode_kernels(kernels, d.results, d.s, d.prompt, context, batch,
-                                     d.batch, tp))
+        step = decode_kernels(kernels, d.results, d.s, d.prompt, context, batch, d.batch, tp,
+                              shares)
+        ms, ext = run(step, run.weights(step, shares))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
         extrapolated |= ext
     kv = sum(kv_bytes(d.results, b) * depth.times(d.s.segment(b.row))  # the graph's batch
@@ -123,10 +126,17 @@ class _Runner:
     s: Structure
     depth: Depth
 
-    def __call__(self, kernels: Sequence[Kernel]) -> tuple[float, bool]:
+    def weights(self, kernels: Sequence[Kernel], shares: Mapping[int, float]) -> list[float]:
+        """Per kernel, the share of steps it runs in (an expert's; 1 for every other)."""
+        index = {r.node.name: i for i, r in enumerate(self.results)}
+        return [shares.get(index.get(k.nodes[0], -1), 1.0) if k.nodes else 1.0
+                for k in kernels]
+
+    def __call__(self, kernels: Sequence[Kernel],
+                 weights: Sequence[float] | None = None) -> tuple[float, bool]:
         preds = apply_runtime(self.pred.predict(list(kernels), self.device), self.device,
                               self.runtime)
-        times = [p.latency_ms for p in preds]
+        times = [p.latency_ms * (weights[n] if weights else 1.0) for n, p in enumerate(preds)]
         if self.depth.target != self.depth.graph:
             index = {r.node.name: i for i, r in enumerate(self.results)}
             times = [t * self.depth.times(segment_of(k, self.s, index, {}))

@@ -19,7 +19,7 @@ concatenates, copying the whole cache every step, which is not modelled).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from fractions import Fraction
 
@@ -86,12 +86,14 @@ def prefill_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s:
 
 def decode_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: Structure,
                    prompt: int, context: int, batch: int, graph_batch: int,
-                   tp: int = 1) -> list[Kernel]:
+                   tp: int = 1, shares: Mapping[int, float] | None = None) -> list[Kernel]:
     """The kernels of the decode step of ``batch`` sequences whose query attends over
     ``context`` keys, from the kernels of a forward pass over ``graph_batch`` sequences of
     ``prompt`` tokens, in launch order: every token-wise kernel on ``batch`` rows, each
     attention core as one fused decode-attention kernel and a cache write (over 1/tp of the
-    heads on a tensor-parallel rank, whose other kernels ``kernels`` already are)."""
+    heads on a tensor-parallel rank, whose other kernels ``kernels`` already are). An
+    expert's kernels (``shares``: node -> the share of steps its expert runs, ``experts.py``)
+    take the rows of an expert that runs: 1 / share of its share of the tokens."""
     index = _index(results)
     blocks = [b for b in s.blocks if b.kind == "attention" and b.core]
     owner = {i: n for n, b in enumerate(blocks) for i in b.core}
@@ -99,7 +101,11 @@ def decode_kernels(kernels: Sequence[Kernel], results: Sequence[NodeResult], s: 
     step, done = [], set()
     for k in kernels:
         i = _node(k, index)
-        if i not in owner:
+        if shares and i in shares:
+            share = Fraction(shares[i]).limit_denominator(1 << 16)
+            step.append(_rows(k, batch * share.denominator,
+                              graph_batch * prompt * share.numerator))
+        elif i not in owner:
             step.append(_rows(k, batch, graph_batch * prompt))
         elif owner[i] not in done:  # the core's first kernel: the fused attention instead
             done.add(owner[i])

@@ -1,0 +1,48 @@
+"""How many experts a decode step runs: a few tokens route to a few of a layer's experts.
+
+The graph holds a mixture-of-experts layer in its capacity form (``exporters/moe.py``,
+``parallel.experts``): every expert's GEMMs run on its share of the tokens, so every expert's
+weights are read. In a prefill of thousands of tokens that is what happens; in a decode step
+of ``batch`` new tokens, each picking ``k`` of ``E`` experts, an expert runs only when one of
+them picks it: on average ``E (1 - (1 - k / E) ^ batch)`` experts run, each on
+``batch k / active`` tokens (Mixtral 8x7B, top-2, one sequence: 2 of 8 experts). A step is
+forecast at that expectation: each expert's kernels on the rows an active expert takes, their
+time weighted by the share of steps in which the expert runs. ``k`` is read from the
+capacity the graph gives each expert (``capacity = tokens x k / E``, Mixtral's export; for
+Switch's fixed per-sequence capacity it is an upper bound, so the forecast errs slow).
+Routing is taken as uniform: a trained router that favours some experts runs fewer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..analyzer.analysis import NodeResult
+from ..parallel.experts import ExpertGroup, recognize_experts
+from ..parallel.structure import Structure
+
+
+def _rows_per_expert(results: Sequence[NodeResult], g: ExpertGroup) -> int:
+    """The token slots each expert has in the graph: the dispatched buffer's second dim."""
+    for r in results:
+        for t in r.node.outputs:
+            if t.name == g.source and t.shape and len(t.shape) >= 2:
+                return max(int(t.shape[1]), 1)
+    return 0
+
+
+def expert_shares(results: Sequence[NodeResult], s: Structure, graph_tokens: int,
+                  batch: int) -> dict[int, float]:
+    """Per node of an expert: the share of decode steps of ``batch`` tokens in which its
+    expert runs (nodes of dense layers are absent: they always run)."""
+    out: dict[int, float] = {}
+    for g in recognize_experts(results, s):
+        rows = _rows_per_expert(results, g)
+        if not rows:
+            continue
+        e = g.experts
+        k = min(e, max(1, round(e * rows / max(graph_tokens, 1))))
+        share = 1.0 - (1.0 - k / e) ** batch
+        for nodes in g.members:
+            out.update(dict.fromkeys(nodes, share))
+    return out
