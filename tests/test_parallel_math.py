@@ -89,3 +89,17 @@ def test_cli_records_the_math_mode(tmp_path) -> None:
     assert json.loads(res.output)["math"] == "amp-bf16"
     bad = analyze_cli(path, "dp=2", "--math", "tf32", "-d", "v100")
     assert bad.exit_code != 0 and "Error:" in bad.output and "Traceback" not in bad.output
+
+
+def test_autocast_keeps_the_experts_of_a_moe_layer() -> None:
+    # The experts' inputs are slices of one token buffer; autocast casts each slice before
+    # its expert's first linear, and the recognizer looks through those casts.
+    from test_parallel_experts import moe_model
+
+    f = analyze_parallel(moe_model(), Layout(dp=2, ep=2), cluster=make_cluster(),
+                         predictor="roofline", math="amp-bf16")
+    assert f.experts == 4
+    # the dispatched buffer is fp32 (4 experts x 16 slots x 16 x 4 B); the experts' outputs,
+    # combined back, bf16
+    sizes = {c.bytes for c in f.collectives if c.group == "ep" and c.phase == "forward"}
+    assert sizes == {4 * 16 * 16 * 4, 4 * 16 * 16 * 2}

@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..analyzer.analysis import NodeResult
+from ..analyzer.mathmode import AUTOCAST_REASON
 from ..analyzer.types import Kernel, MatmulDims
 from ..errors import TilecastError
 from .rows import scale_rows, scaled_forward
@@ -48,7 +49,8 @@ class ExpertGroup:
 
 def _slice_source(w: Walker, block: Block) -> tuple[str, frozenset[int]] | None:
     """(buffer, nodes on the way) when the block's input is one leading-axis slice of a
-    buffer: reached through zero-cost views from a node that takes 1/E of it."""
+    buffer: reached through zero-cost views (and the casts autocast inserts) from a node that
+    takes 1/E of it."""
     node = w.results[block.column[0]].node
     weight = w.weight(block.column[0])
     acts = [t for t in node.inputs[:2] if t is not None and t is not weight
@@ -67,8 +69,8 @@ def _slice_source(w: Walker, block: Block) -> tuple[str, frozenset[int]] | None:
         if (src.shape and len(src.shape) >= 2 and src.shape[0] >= 2 and t.known
                 and src.known and t.numel * src.shape[0] == src.numel):
             return src.name, frozenset(path)
-        if r.cost is not None:  # a kernel that is not a slice: not an expert's input
-            return None
+        if r.cost is not None and r.reason != AUTOCAST_REASON:
+            return None  # a kernel that is not a slice (nor autocast's cast of one)
         t = src
     return None
 
