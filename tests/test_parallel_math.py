@@ -103,3 +103,18 @@ def test_autocast_keeps_the_experts_of_a_moe_layer() -> None:
     # combined back, bf16
     sizes = {c.bytes for c in f.collectives if c.group == "ep" and c.phase == "forward"}
     assert sizes == {4 * 16 * 16 * 4, 4 * 16 * 16 * 2}
+
+
+def test_activation_casts_follow_the_activation_split() -> None:
+    # The softmax writes fp32 probabilities (autocast's fp32_set_opt_dtype) that P V casts
+    # back to half: split by heads, each rank casts its half (2 x 4 heads x 8 x 8 x (4 + 2) B
+    # = 3072 at tp = 1). The LayerNorm output feeding the column-parallel QKV is replicated:
+    # every rank casts all of it (2 x 8 x 16 x (4 + 2) B = 1536).
+    def casts(tp: int) -> dict[str, int]:
+        kernels = _run("amp-bf16", tp)[1]
+        return {k.nodes[0].split("/")[0]: k.cost.bytes for k in kernels
+                if k.op_type == "Cast" and k.phase == "forward" and "/autocast." in k.nodes[0]}
+
+    one, two = casts(1), casts(2)
+    assert one["p_0"] == 3072 and two["p_0"] == 1536
+    assert one["n1_0"] == two["n1_0"] == 1536
