@@ -53,11 +53,6 @@ def roles(results: Sequence[NodeResult], s: Structure, sequence_parallel: bool) 
     for i in row:
         tensors.update(_weights(results, producer, results[i].node.inputs[1:2], casts))
     split |= casts
-    for j, res in enumerate(results):  # autocast's casts of activations held as 1/T
-        src = res.node.input(0) if res.reason == AUTOCAST_REASON else None
-        if src is not None and src.name in tensors and j not in split:
-            split.add(j)
-            tensors.update(t.name for t in res.node.outputs)
     for i in s.vocab_gathers:
         tensors.add(results[i].node.inputs[0].name)
     return Roles(frozenset(column), frozenset(row), frozenset(split), frozenset(tensors))
