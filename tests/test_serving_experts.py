@@ -61,3 +61,16 @@ def test_a_dense_mixture_runs_every_expert() -> None:
     _, graph, results = _graph(onnx.parser.parse_model(MOE), None)
     shares = expert_shares(results, recognize(results), graph_tokens=16, batch=1)
     assert shares and set(shares.values()) == {1.0}
+
+
+def test_routing_summary_for_the_output() -> None:
+    from tilecast.serving.experts import expert_routing
+
+    results, s = _parts()
+    r = expert_routing(results, s, graph_tokens=16, batch=1)
+    assert r.to_dict() == {"per_layer": 4, "top_k": 2, "active_per_step": 2.0}
+    from parallel_helpers import tiny_model
+
+    _, _, plain = _graph(tiny_model(), None)
+    dense = expert_routing(plain, recognize(plain), graph_tokens=16, batch=1)
+    assert dense.to_dict() is None and dense.shares == {}

@@ -24,7 +24,7 @@ from ..parallel.structure import Block, Structure, recognize
 from ..parallel.tensor import segment_of
 from .decode import decode_kernels, prefill_kernels
 from .depth import Depth
-from .experts import expert_shares
+from .experts import expert_routing
 from .forecast import DecodeStep, ServingForecast
 from .tensor import plan_tensor
 
@@ -70,7 +70,8 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     run = _Runner(pred, dev, runtime, d.results, d.s, depth)
     prefill_ms, extrapolated = run(prefill_kernels(kernels, d.results, d.s, d.prompt, batch,
                                                    d.batch))
-    shares = expert_shares(d.results, d.s, d.batch * d.prompt, batch)
+    routing = expert_routing(d.results, d.s, d.batch * d.prompt, batch)
+    shares = routing.shares
     steps = []
     for context in decode_contexts(d.prompt, generate):
         step = decode_kernels(kernels, d.results, d.s, d.prompt, context, batch, d.batch, tp,
@@ -86,7 +87,7 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
         prefill_ms=prefill_ms + plan.comm_ms(batch * d.prompt, batch), decode=tuple(steps),
         weights_bytes=plan.weights_bytes, tp=tp, cluster=cl.name if cl is not None else None,
         kv_bytes_per_token=kv / (d.batch * d.prompt), extrapolated=extrapolated,
-        layers=depth.target)
+        layers=depth.target, routing=routing.to_dict())
 
 
 @dataclass(frozen=True)

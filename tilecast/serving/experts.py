@@ -16,6 +16,7 @@ Routing is taken as uniform: a trained router that favours some experts runs few
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..analyzer.analysis import NodeResult
 from ..parallel.experts import ExpertGroup, recognize_experts
@@ -31,11 +32,30 @@ def _rows_per_expert(results: Sequence[NodeResult], g: ExpertGroup) -> int:
     return 0
 
 
-def expert_shares(results: Sequence[NodeResult], s: Structure, graph_tokens: int,
-                  batch: int) -> dict[int, float]:
-    """Per node of an expert: the share of decode steps of ``batch`` tokens in which its
-    expert runs (nodes of dense layers are absent: they always run)."""
-    out: dict[int, float] = {}
+@dataclass(frozen=True)
+class Routing:
+    """The experts of a decode step: per expert node, the share of steps it runs in; and per
+    MoE layer, its experts, their top-k and how many run in a step on average."""
+
+    shares: dict[int, float]
+    experts: int = 0  # per MoE layer (the largest layer's; 0: a dense model)
+    top_k: int = 0
+    active: float = 0.0  # experts a layer runs per step, on average
+
+    def to_dict(self) -> dict[str, float] | None:
+        if not self.experts:
+            return None
+        return {"per_layer": self.experts, "top_k": self.top_k,
+                "active_per_step": round(self.active, 6)}
+
+
+def expert_routing(results: Sequence[NodeResult], s: Structure, graph_tokens: int,
+                   batch: int) -> Routing:
+    """How a decode step of ``batch`` tokens uses the graph's MoE layers (none: a dense
+    model, every node runs)."""
+    shares: dict[int, float] = {}
+    experts = top_k = 0
+    active = 0.0
     for g in recognize_experts(results, s):
         rows = _rows_per_expert(results, g)
         if not rows:
@@ -44,5 +64,14 @@ def expert_shares(results: Sequence[NodeResult], s: Structure, graph_tokens: int
         k = min(e, max(1, round(e * rows / max(graph_tokens, 1))))
         share = 1.0 - (1.0 - k / e) ** batch
         for nodes in g.members:
-            out.update(dict.fromkeys(nodes, share))
-    return out
+            shares.update(dict.fromkeys(nodes, share))
+        if e >= experts:
+            experts, top_k, active = e, k, e * share
+    return Routing(shares, experts, top_k, active)
+
+
+def expert_shares(results: Sequence[NodeResult], s: Structure, graph_tokens: int,
+                  batch: int) -> dict[int, float]:
+    """Per node of an expert: the share of decode steps of ``batch`` tokens in which its
+    expert runs (nodes of dense layers are absent: they always run)."""
+    return expert_routing(results, s, graph_tokens, batch).shares

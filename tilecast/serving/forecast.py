@@ -41,6 +41,8 @@ class ServingForecast:
     tp: int = 1  # GPUs the model is split over (weights, KV cache and times are per GPU)
     cluster: str | None = None  # the cluster preset of a tensor-parallel forecast
     layers: int = 0  # transformer layers forecast (the graph's, or --layers)
+    # MoE layers: experts per layer, top-k, experts a decode step runs (experts.py); None: dense
+    routing: dict[str, float] | None = None
 
     @property
     def ttft_ms(self) -> float:
@@ -109,6 +111,7 @@ class ServingForecast:
                        "kv_bytes_per_token": _r(self.kv_bytes_per_token),
                        "capacity_gib": _r(self.capacity_bytes / GIB), "fits": self.fits,
                        "max_batch": self.max_batch},
+            "experts": self.routing,
             "extrapolated": self.extrapolated,
         }
 

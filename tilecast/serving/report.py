@@ -29,6 +29,10 @@ def _lines(f: ServingForecast) -> list[tuple[str, str]]:
             ("request", f"{f.total_ms:.3f} ms to the last token; {f.tokens_per_s:,.1f} "
                         "generated tokens/s over the batch"),
             ("memory", mem),
+            *([("experts", f"{f.routing['active_per_step']:.2f} of "
+                           f"{f.routing['per_layer']:.0f} per MoE layer and decode step "
+                           f"(top-{f.routing['top_k']:.0f}, uniform routing)")]
+              if f.routing else []),
             *([("note", "extrapolated: some kernels lie outside the predictor's training "
                         "data (docs/serving.md)")] if f.extrapolated else [])]
 
