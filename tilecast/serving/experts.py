@@ -42,7 +42,7 @@ class Routing:
     top_k: int = 0
     active: float = 0.0  # experts a layer runs per step, on average
 
-    def to_dict(self) -> dict[str, float] | None:
+    def to_dict(self) -> dict[str, int | float] | None:
         if not self.experts:
             return None
         return {"per_layer": self.experts, "top_k": self.top_k,

@@ -42,7 +42,7 @@ class ServingForecast:
     cluster: str | None = None  # the cluster preset of a tensor-parallel forecast
     layers: int = 0  # transformer layers forecast (the graph's, or --layers)
     # MoE layers: experts per layer, top-k, experts a decode step runs (experts.py); None: dense
-    routing: dict[str, float] | None = None
+    routing: dict[str, int | float] | None = None
 
     @property
     def ttft_ms(self) -> float:
