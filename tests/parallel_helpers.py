@@ -19,23 +19,29 @@ def _weights(i: int) -> str:
             f"float[16, 64] w1_{i} = {{0.0}}, float[64, 16] w2_{i} = {{0.0}}")
 
 
+def attention_core(sfx: str = "", kv_shape: str = "hs") -> str:
+    """Heads of q, k, v (suffixed ``sfx``) -> softmax(q k^T * sc) v -> ``om`` (batch, seq,
+    hidden), with the shapes ``hs`` (queries), ``kv_shape`` (keys, values) and ``hm``."""
+    return f"""
+  qh{sfx} = Reshape(q{sfx}, hs)
+  kh{sfx} = Reshape(k{sfx}, {kv_shape})
+  vh{sfx} = Reshape(v{sfx}, {kv_shape})
+  qt{sfx} = Transpose <perm = [0, 2, 1, 3]> (qh{sfx})
+  kt{sfx} = Transpose <perm = [0, 2, 3, 1]> (kh{sfx})
+  vt{sfx} = Transpose <perm = [0, 2, 1, 3]> (vh{sfx})
+  s{sfx} = MatMul(qt{sfx}, kt{sfx})
+  ss{sfx} = Mul(s{sfx}, sc)
+  p{sfx} = Softmax <axis = -1> (ss{sfx})
+  o{sfx} = MatMul(p{sfx}, vt{sfx})
+  ot{sfx} = Transpose <perm = [0, 2, 1, 3]> (o{sfx})
+  om{sfx} = Reshape(ot{sfx}, hm)"""
+
+
 def _layer(i: int, x: str, y: str) -> str:
     return f"""
   n1_{i} = LayerNormalization <axis = -1> ({x}, g1_{i}, b1_{i})
   qkv_{i} = MatMul(n1_{i}, wqkv_{i})
-  q_{i}, k_{i}, v_{i} = Split <axis = 2, num_outputs = 3> (qkv_{i})
-  qh_{i} = Reshape(q_{i}, hs)
-  kh_{i} = Reshape(k_{i}, hs)
-  vh_{i} = Reshape(v_{i}, hs)
-  qt_{i} = Transpose <perm = [0, 2, 1, 3]> (qh_{i})
-  kt_{i} = Transpose <perm = [0, 2, 3, 1]> (kh_{i})
-  vt_{i} = Transpose <perm = [0, 2, 1, 3]> (vh_{i})
-  s_{i} = MatMul(qt_{i}, kt_{i})
-  ss_{i} = Mul(s_{i}, sc)
-  p_{i} = Softmax <axis = -1> (ss_{i})
-  o_{i} = MatMul(p_{i}, vt_{i})
-  ot_{i} = Transpose <perm = [0, 2, 1, 3]> (o_{i})
-  om_{i} = Reshape(ot_{i}, hm)
+  q_{i}, k_{i}, v_{i} = Split <axis = 2, num_outputs = 3> (qkv_{i}){attention_core(f"_{i}")}
   a_{i} = MatMul(om_{i}, wo_{i})
   r1_{i} = Add(a_{i}, {x})
   n2_{i} = LayerNormalization <axis = -1> (r1_{i}, g2_{i}, b2_{i})

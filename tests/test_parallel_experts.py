@@ -12,6 +12,7 @@ from parallel_helpers import (
     _layer,
     _weights,
     analyze_cli,
+    attention_core,
     make_cluster,
     tiny_model,
 )
@@ -46,19 +47,7 @@ g (float[2, 8, 16] x) => (float[2, 8, 16] y)
  int64[1] ax0 = {{0}}, int64[1] ax2 = {{2}}, float sc = {{0.5}}> {{
   n1 = LayerNormalization <axis = -1> (x, g1, b1)
   qkv = MatMul(n1, wqkv)
-  q, k, v = Split <axis = 2, num_outputs = 3> (qkv)
-  qh = Reshape(q, hs)
-  kh = Reshape(k, hs)
-  vh = Reshape(v, hs)
-  qt = Transpose <perm = [0, 2, 1, 3]> (qh)
-  kt = Transpose <perm = [0, 2, 3, 1]> (kh)
-  vt = Transpose <perm = [0, 2, 1, 3]> (vh)
-  s = MatMul(qt, kt)
-  ss = Mul(s, sc)
-  p = Softmax <axis = -1> (ss)
-  o = MatMul(p, vt)
-  ot = Transpose <perm = [0, 2, 1, 3]> (o)
-  om = Reshape(ot, hm)
+  q, k, v = Split <axis = 2, num_outputs = 3> (qkv){attention_core()}
   a = MatMul(om, wo)
   r1 = Add(a, x)
   n2 = LayerNormalization <axis = -1> (r1, g2, b2)

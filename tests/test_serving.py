@@ -9,6 +9,7 @@ import onnx
 import onnx.parser
 import pytest
 from click.testing import CliRunner
+from parallel_helpers import attention_core
 
 from tilecast.analyzer.graph import build_graph, load_model
 from tilecast.analyzer.pipeline import node_kernels, prepare
@@ -236,19 +237,7 @@ g (int64[2, 8] ids, float[2, 8, 16] enc) => (float[2, 8, 32] logits)
   x = Gather(emb, ids)
   q = MatMul(x, wq)
   k = MatMul(enc, wk)
-  v = MatMul(enc, wv)
-  qh = Reshape(q, hs)
-  kh = Reshape(k, hs)
-  vh = Reshape(v, hs)
-  qt = Transpose <perm = [0, 2, 1, 3]> (qh)
-  kt = Transpose <perm = [0, 2, 3, 1]> (kh)
-  vt = Transpose <perm = [0, 2, 1, 3]> (vh)
-  sc1 = MatMul(qt, kt)
-  sc2 = Mul(sc1, sc)
-  p = Softmax <axis = -1> (sc2)
-  o = MatMul(p, vt)
-  ot = Transpose <perm = [0, 2, 1, 3]> (o)
-  om = Reshape(ot, hm)
+  v = MatMul(enc, wv)""" + attention_core() + """
   a = MatMul(om, wo)
   y = Add(a, x)
   embt = Transpose <perm = [1, 0]> (emb)
@@ -262,8 +251,7 @@ PAST = (CROSS.replace("float[2, 8, 16] enc", "float[2, 4, 16] pk, float[2, 4, 16
         .replace("v = MatMul(enc, wv)", "vn = MatMul(x, wv)\n  v = Concat <axis = 1> (pv, vn)")
         .replace("int64[4] hs = {2, 8, 4, 4},",
                  "int64[4] hs = {2, 8, 4, 4}, int64[4] hk = {2, 12, 4, 4},")
-        .replace("kh = Reshape(k, hs)", "kh = Reshape(k, hk)")
-        .replace("vh = Reshape(v, hs)", "vh = Reshape(v, hk)"))
+        .replace(attention_core(), attention_core(kv_shape="hk")))
 
 
 def test_only_decoder_only_language_models_are_served():

@@ -10,7 +10,7 @@ from tilecast.analyzer.pipeline import node_kernels
 from tilecast.parallel.api import _graph
 from tilecast.parallel.structure import recognize
 from tilecast.serving.decode import decode_kernels
-from tilecast.serving.experts import expert_shares
+from tilecast.serving.experts import expert_routing
 
 # The tiny MoE layer (2 sequences of 8 tokens, 4 experts) with 8 slots per expert instead of
 # 16: capacity = tokens x k / E = 16 x 2 / 4, top-2 routing as Mixtral's export writes it.
@@ -32,7 +32,7 @@ def _parts():
 ])
 def test_the_share_of_steps_an_expert_runs(batch: int, share: float) -> None:
     results, s = _parts()
-    shares = expert_shares(results, s, graph_tokens=16, batch=batch)
+    shares = expert_routing(results, s, graph_tokens=16, batch=batch).shares
     experts = {results[i].node.outputs[0].name for i in shares}
     assert {"h0", "y0", "h3", "y3"} <= experts and "qkv" not in experts  # dense: absent
     assert all(v == pytest.approx(share) for v in shares.values())
@@ -46,7 +46,7 @@ def test_an_expert_that_runs_takes_its_tokens_choices() -> None:
     kernels = node_kernels(results)
     node = {r.node.outputs[0].name: r.node.name for r in results if r.node.outputs}
     for batch, rows in ((1, 1), (8, 4)):
-        shares = expert_shares(results, s, 16, batch)
+        shares = expert_routing(results, s, 16, batch).shares
         step = decode_kernels(kernels, results, s, prompt=8, context=9, batch=batch,
                               graph_batch=2, shares=shares)
         h0 = next(k for k in step if k.nodes == (node["h0"],))
@@ -59,13 +59,11 @@ def test_a_dense_mixture_runs_every_expert() -> None:
     # 16 slots for 16 tokens: the graph gives every expert every token (k = E), so every
     # expert runs in every step, as before.
     _, graph, results = _graph(onnx.parser.parse_model(MOE), None)
-    shares = expert_shares(results, recognize(results), graph_tokens=16, batch=1)
+    shares = expert_routing(results, recognize(results), graph_tokens=16, batch=1).shares
     assert shares and set(shares.values()) == {1.0}
 
 
 def test_routing_summary_for_the_output() -> None:
-    from tilecast.serving.experts import expert_routing
-
     results, s = _parts()
     r = expert_routing(results, s, graph_tokens=16, batch=1)
     assert r.to_dict() == {"per_layer": 4, "top_k": 2, "active_per_step": 2.0}

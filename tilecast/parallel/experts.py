@@ -41,6 +41,7 @@ class ExpertGroup:
     source: str  # the dispatched buffer (experts, tokens per expert, width)
     dispatch_bytes: int  # that buffer, per rank and microbatch
     combine_bytes: int  # the experts' outputs, gathered back
+    slots: int = 0  # token slots per expert in the graph (the buffer's second dim)
 
     @property
     def experts(self) -> int:
@@ -79,7 +80,7 @@ def recognize_experts(results: Sequence[NodeResult], s: Structure) -> tuple[Expe
     """Every MoE layer of the graph (none for a dense model)."""
     w = Walker(results)
     by_source: dict[str, list[tuple[Block, frozenset[int]]]] = defaultdict(list)
-    sizes: dict[str, tuple[int, int]] = {}
+    sizes: dict[str, tuple[int, int, int]] = {}
     for b in s.blocks:
         if b.kind != "mlp":
             continue
@@ -89,17 +90,17 @@ def recognize_experts(results: Sequence[NodeResult], s: Structure) -> tuple[Expe
     for r in results:
         for t in r.node.outputs:
             if t.name in by_source and t.shape:
-                sizes[t.name] = (t.shape[0], t.nbytes)
+                sizes[t.name] = (t.shape[0], t.shape[1] if len(t.shape) > 1 else 0, t.nbytes)
     groups = []
     for name, found in by_source.items():
-        experts, nbytes = sizes.get(name, (0, 0))
+        experts, slots, nbytes = sizes.get(name, (0, 0, 0))
         if len(found) != experts:
             continue
         found.sort(key=lambda f: f[0].start)
         members = tuple(path | set(b.column) | b.inner | {b.row} for b, path in found)
         rows = tuple(b.row for b, _ in found)
         combine = sum(results[i].node.outputs[0].nbytes for i in rows)
-        groups.append(ExpertGroup(members, rows, name, nbytes, combine))
+        groups.append(ExpertGroup(members, rows, name, nbytes, combine, slots))
     return tuple(sorted(groups, key=lambda g: min(g.rows)))
 
 

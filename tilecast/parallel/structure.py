@@ -80,6 +80,23 @@ class Structure:
         return layer
 
 
+def trace_initializer(results: Sequence[NodeResult], producer: Mapping[str, int],
+                      t: TensorInfo | None) -> tuple[TensorInfo | None, tuple[int, ...]]:
+    """The initializer behind ``t`` (``t`` itself, or reached up through zero-cost
+    single-input views such as Transpose and Identity, and through the casts autocast
+    inserts: analyzer.mathmode), or None; and the indices of those casts."""
+    casts: list[int] = []
+    while t is not None and not t.is_initializer and t.name in producer:
+        j = producer[t.name]
+        r = results[j]
+        if len(r.node.inputs) != 1 or (r.cost is not None and r.reason != AUTOCAST_REASON):
+            return None, ()
+        if r.reason == AUTOCAST_REASON:
+            casts.append(j)
+        t = r.node.inputs[0]
+    return (t, tuple(casts)) if t is not None and t.is_initializer else (None, ())
+
+
 class Walker:
     def __init__(self, results: Sequence[NodeResult]) -> None:
         self.results = results
@@ -98,17 +115,9 @@ class Walker:
 
     def weight(self, i: int) -> TensorInfo | None:
         """The 2-D initializer operand of a matmul node (directly or through a transpose)."""
-        node = self.results[i].node
-        for t in node.inputs[:2]:
-            src = t
-            while src is not None and not src.is_initializer and src.name in self.producer:
-                p = self.results[self.producer[src.name]]
-                if (p.cost is not None and p.reason != AUTOCAST_REASON) \
-                        or len(p.node.inputs) != 1:
-                    break  # zero-cost single-input views (Transpose, Identity) pass, and
-                    # the weight cast autocast inserts (analyzer.mathmode)
-                src = p.node.inputs[0]
-            if src is not None and src.is_initializer and src.shape and len(src.shape) == 2:
+        for t in self.results[i].node.inputs[:2]:
+            src, _ = trace_initializer(self.results, self.producer, t)
+            if src is not None and src.shape and len(src.shape) == 2:
                 return src
         return None
 

@@ -19,10 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.mathmode import AUTOCAST_REASON
 from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims, TensorInfo
 from ..errors import TilecastError
-from .structure import EPILOGUE, PROLOGUE, Structure
+from .structure import EPILOGUE, PROLOGUE, Structure, trace_initializer
 
 
 @dataclass(frozen=True)
@@ -60,21 +59,14 @@ def roles(results: Sequence[NodeResult], s: Structure, sequence_parallel: bool) 
 
 def _weights(results: Sequence[NodeResult], producer: Mapping[str, int],
              inputs: Sequence[TensorInfo | None], casts: set[int]) -> set[str]:
-    """The initializers among ``inputs``, directly or behind the casts ``torch.autocast``
-    inserts (analyzer.mathmode) and zero-cost views; those casts' indices go to ``casts``."""
+    """The initializers among ``inputs``, directly or behind zero-cost views and the casts
+    ``torch.autocast`` inserts (``structure.trace_initializer``); those casts' indices go to
+    ``casts``."""
     out = set()
     for t in inputs:
-        seen: list[int] = []
-        while t is not None and not t.is_initializer and t.name in producer:
-            j = producer[t.name]
-            r = results[j]
-            if r.reason == AUTOCAST_REASON:
-                seen.append(j)
-            elif r.cost is not None or len(r.node.inputs) != 1:
-                break
-            t = r.node.inputs[0]
-        if t is not None and t.is_initializer:
-            out.add(t.name)
+        src, seen = trace_initializer(results, producer, t)
+        if src is not None:
+            out.add(src.name)
             casts.update(seen)
     return out
 

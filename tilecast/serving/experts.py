@@ -19,17 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..analyzer.analysis import NodeResult
-from ..parallel.experts import ExpertGroup, recognize_experts
+from ..parallel.experts import recognize_experts
 from ..parallel.structure import Structure
-
-
-def _rows_per_expert(results: Sequence[NodeResult], g: ExpertGroup) -> int:
-    """The token slots each expert has in the graph: the dispatched buffer's second dim."""
-    for r in results:
-        for t in r.node.outputs:
-            if t.name == g.source and t.shape and len(t.shape) >= 2:
-                return max(int(t.shape[1]), 1)
-    return 0
 
 
 @dataclass(frozen=True)
@@ -57,21 +48,13 @@ def expert_routing(results: Sequence[NodeResult], s: Structure, graph_tokens: in
     experts = top_k = 0
     active = 0.0
     for g in recognize_experts(results, s):
-        rows = _rows_per_expert(results, g)
-        if not rows:
+        if not g.slots:
             continue
         e = g.experts
-        k = min(e, max(1, round(e * rows / max(graph_tokens, 1))))
+        k = min(e, max(1, round(e * g.slots / max(graph_tokens, 1))))
         share = 1.0 - (1.0 - k / e) ** batch
         for nodes in g.members:
             shares.update(dict.fromkeys(nodes, share))
         if e >= experts:
             experts, top_k, active = e, k, e * share
     return Routing(shares, experts, top_k, active)
-
-
-def expert_shares(results: Sequence[NodeResult], s: Structure, graph_tokens: int,
-                  batch: int) -> dict[int, float]:
-    """Per node of an expert: the share of decode steps of ``batch`` tokens in which its
-    expert runs (nodes of dense layers are absent: they always run)."""
-    return expert_routing(results, s, graph_tokens, batch).shares
