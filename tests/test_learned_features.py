@@ -247,45 +247,55 @@ def test_issue_bound_leaves_tensor_cores_alone() -> None:
     assert ft._issue_bound(np.array([128.0]), np.array([128.0]), dc)[0] == 1.0
 
 
-# l1_kept: all kept up to half the L1, none at the whole L1, linear between (192 KiB L1):
-#   64 KiB -> 1;  144 KiB -> (192 - 144) / 96 = 0.5;  192 KiB -> 0;  256 KiB -> 0
+# cyclic_kept: all kept up to half the cache, none at the whole cache, linear between
+# (192 KiB cache): 64 KiB -> 1;  144 KiB -> (192 - 144) / 96 = 0.5;  192 KiB -> 0;  256 -> 0
 @pytest.mark.parametrize(("resident_kib", "want"), [(64, 1.0), (96, 1.0), (144, 0.5),
                                                     (192, 0.0), (256, 0.0)])
-def test_l1_keeps_a_cyclic_working_set_only_while_it_is_small(resident_kib: int,
-                                                               want: float) -> None:
-    got = ft.l1_kept(np.array([resident_kib * 1024.0]), np.array([192 * 1024.0]))
+def test_a_cache_keeps_a_cyclic_working_set_only_while_it_is_small(resident_kib: int,
+                                                                   want: float) -> None:
+    got = ft.cyclic_kept(np.array([resident_kib * 1024.0]), np.array([192 * 1024.0]))
     assert got[0] == pytest.approx(want)
 
 
-def test_wide_softmax_rows_are_read_again_from_the_l2() -> None:
-    # A100 (192 KiB L1, 4 blocks of 512 threads per SM): 4096 fp32 columns (4 x 16 KiB) are
-    # kept; 16384 (4 x 64 KiB) are not, so their two extra passes land in cached_ms.
-    dc = _device_columns(2, "a100-pcie-80gb")
-    rows, cols = np.array([65536.0, 65536.0]), np.array([4096.0, 16384.0])
-    kc = ft.KernelColumns(flops=5 * rows * cols, bytes=8 * rows * cols, itemsize=np.full(2, 4.0),
-                          elements=rows * cols, b=np.zeros(2), m=np.zeros(2), n=np.zeros(2),
-                          k=np.zeros(2), rows=rows, cols=cols, tile_m=np.zeros(2),
-                          tile_n=np.zeros(2))
-    f = ft.build_features("softmax", kc, dc)
-    l2_hits = ft.l2_hits(kc.bytes, dc.l2_bytes) / dc.bandwidth * 1e3
-    rereads_ms = f.cached_ms - l2_hits
-    assert rereads_ms[0] == pytest.approx(0.0)
-    assert rereads_ms[1] == pytest.approx(2 * 65536 * 16384 * 4 / dc.bandwidth[1] * 1e3)
+def _softmax_rows(n: int, cols: list[float]) -> ft.KernelColumns:
+    rows, cols_ = np.full(n, 65536.0), np.array(cols)
+    return ft.KernelColumns(flops=5 * rows * cols_, bytes=8 * rows * cols_,
+                            itemsize=np.full(n, 4.0), elements=rows * cols_, b=np.zeros(n),
+                            m=np.zeros(n), n=np.zeros(n), k=np.zeros(n), rows=rows, cols=cols_,
+                            tile_m=np.zeros(n), tile_n=np.zeros(n))
 
 
-def test_softmax_re_reads_beyond_the_l2_go_to_dram() -> None:
-    # T4: 2 blocks of 512 threads per SM keep 2 x 64 KiB rows of 16384 fp32 columns, more than
-    # its 96 KiB L1 keeps; all 40 SMs hold 40 x 128 KiB = 5 MiB, and a 4 MiB L2 holds
-    # (2 x 4 - 5) / 5 = 0.6 of that (l2_hits). So of the two extra passes, 0.6 is re-read from
-    # the L2 (cached_ms) and 0.4 from DRAM (dram_ms).
-    dc = _device_columns(1, "t4")
-    rows, cols = np.array([65536.0]), np.array([16384.0])
-    kc = ft.KernelColumns(flops=5 * rows * cols, bytes=8 * rows * cols, itemsize=np.full(1, 4.0),
-                          elements=rows * cols, b=np.zeros(1), m=np.zeros(1), n=np.zeros(1),
-                          k=np.zeros(1), rows=rows, cols=cols, tile_m=np.zeros(1),
-                          tile_n=np.zeros(1))
-    f = ft.build_features("softmax", kc, dc)
+def _rereads(f: ft.Features, kc: ft.KernelColumns, dc: ft.DeviceColumns
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """(L2, DRAM) re-read ms: cached_ms and dram_ms less the first pass's L2 hits and misses."""
     hits = ft.l2_hits(kc.bytes, dc.l2_bytes)
+    return (f.cached_ms - hits / dc.bandwidth * 1e3,
+            f.dram_ms - (kc.bytes - hits) / dc.bandwidth * 1e3)
+
+
+def test_wide_softmax_rows_are_read_again_from_the_l2_while_it_holds_them() -> None:
+    # L4 (128 KiB L1, 3 blocks of 512 threads per SM): 2048 fp32 columns (3 x 8 KiB) stay in
+    # the L1; 16384 (3 x 64 KiB = 192 KiB) do not, and all 58 SMs hold 58 x 192 KiB = 10.9 MiB,
+    # under half the 48 MiB L2: both extra passes are read from the L2 (cached_ms).
+    dc = _device_columns(2, "NVIDIA L4")
+    kc = _softmax_rows(2, [2048.0, 16384.0])
+    l2, dram = _rereads(ft.build_features("softmax", kc, dc), kc, dc)
+    assert l2[0] == pytest.approx(0.0)
+    assert l2[1] == pytest.approx(2 * 65536 * 16384 * 4 / dc.bandwidth[1] * 1e3)
+    assert dram == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize(("gpu", "kept"), [
+    # A100 (4 blocks of 512 threads, 256 KiB per SM > its 192 KiB L1): 108 x 256 KiB = 27 MiB
+    # of a 40 MiB L2: (40 - 27) / 20 = 0.65 re-read from the L2, 0.35 from DRAM.
+    ("a100-pcie-80gb", (40 - 27) / 20),
+    # T4 (2 blocks of 512 threads, 128 KiB per SM > its 96 KiB L1): 40 x 128 KiB = 5 MiB, more
+    # than its 4 MiB L2: all from DRAM.
+    ("t4", 0.0)])
+def test_softmax_re_reads_beyond_half_the_l2_go_to_dram(gpu: str, kept: float) -> None:
+    dc = _device_columns(1, gpu)
+    kc = _softmax_rows(1, [16384.0])
+    l2, dram = _rereads(ft.build_features("softmax", kc, dc), kc, dc)
     rereads_ms = 2 * 65536 * 16384 * 4 / dc.bandwidth * 1e3
-    assert f.cached_ms - hits / dc.bandwidth * 1e3 == pytest.approx(0.6 * rereads_ms)
-    assert f.dram_ms - (kc.bytes - hits) / dc.bandwidth * 1e3 == pytest.approx(0.4 * rereads_ms)
+    assert l2 == pytest.approx(kept * rereads_ms)
+    assert dram == pytest.approx((1 - kept) * rereads_ms)
