@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tilecast.cli import main
-from tilecast.collect.shapes import default_grid, parse_ops, read_shapes_file
+from tilecast.collect.shapes import Shape, default_grid, parse_ops, read_shapes_file
 from tilecast.errors import ConfigError
 
 pytest.importorskip("torch", reason="tilecast collect needs the [collect] extra (torch)")
@@ -123,7 +123,11 @@ def test_zoo_linears_include_their_decode_steps():
     shapes = zoo_shapes("linear", [ZOO_DIR / "llama-3-8b.json"])
     rows = {s.dims[1] for s in shapes if (s.dims[2], s.dims[3]) == (14336, 4096)}
     assert rows == set(DECODE_ROWS) | {512, 2048, 8 * 512, 8 * 2048}
-    assert zoo_shapes("bmm", [ZOO_DIR / "llama-3-8b.json"])  # and the others unchanged
+    # Batched products: attention (32 heads of 128) and the projections as batch-1 "nn" GEMMs.
+    bmm = zoo_shapes("bmm", [ZOO_DIR / "llama-3-8b.json"])
+    assert Shape("bmm", (32, 512, 512, 128)) in bmm
+    assert Shape("bmm", (1, 2048, 14336, 4096)) in bmm
+    assert not any(s.dims[0] == 1 and s.dims[1] in DECODE_ROWS for s in bmm)
     assert all(s.dims[1] >= 512 for s in zoo_shapes("ln", [ZOO_DIR / "llama-3-8b.json"]))
 
 

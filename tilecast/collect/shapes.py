@@ -163,7 +163,11 @@ DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -> list[Shape]:
     """The kernels of transformer layers of the given configs (linear, attention, rows), and
-    for linears their decode steps too (``DECODE_ROWS`` rows)."""
+    for linears their decode steps too (``DECODE_ROWS`` rows). ``bmm`` also gets the linears'
+    prefill shapes as batch-1 products: a weight stored (in, out) and multiplied as it is
+    (Hugging Face GPT-2's ``Conv1D``, an ONNX ``Gemm`` with ``transB`` 0) runs cuBLAS's "nn"
+    kernels, which the shared data holds almost only for batched shapes (docs/predictor.md,
+    "Tried and rejected")."""
     out = []
     for path in configs:
         sizes = _config_sizes(json.loads(path.read_text()))
@@ -180,7 +184,9 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
                     "linear": [Shape(op, (1, t, n, k)) for n, k in
                                ((3 * h, h), (h, h), (ffn, h), (h, ffn))],
                     "bmm": [Shape(op, (b * heads, s, s, h // heads)),
-                            Shape(op, (b * heads, s, h // heads, s))],
+                            Shape(op, (b * heads, s, h // heads, s)),
+                            *(Shape(op, (1, t, n, k)) for n, k in
+                              ((3 * h, h), (h, h), (ffn, h), (h, ffn)))],
                     "softmax": [Shape(op, (b * heads * s, s))],
                     "ln": [Shape(op, (t, h))],
                 }.get(op, [Shape(op, (t, ffn))] if op in ELEMENTWISE else [])
