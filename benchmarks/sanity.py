@@ -124,8 +124,9 @@ def monotonicity_violations(tally: Tally) -> list[str]:
 
 
 def render(tally: Tally) -> str:
-    head = f"{'model':<12}{'device':<30}{'prec':<6}" + "".join(f"{'b' + str(b):>10}"
-                                                             for b in BATCHES)
+    w = max([12, *(len(name) + 2 for name, _, _ in tally.rows)])
+    head = f"{'model':<{w}}{'device':<30}{'prec':<6}" + "".join(f"{'b' + str(b):>10}"
+                                                              for b in BATCHES)
     lines = [head]
     for (name, device, precision), by_batch in sorted(tally.rows.items()):
         cells, last = [], 0.0
@@ -137,7 +138,7 @@ def render(tally: Tally) -> str:
             mark = "<" if f.total_ms < last else " "
             cells.append(f"{f.total_ms:>9.4g}{mark}")
             last = f.total_ms
-        lines.append(f"{name:<12}{device[:29]:<30}{precision:<6}" + "".join(cells))
+        lines.append(f"{name:<{w}}{device[:29]:<30}{precision:<6}" + "".join(cells))
     return "\n".join(lines) + "\n(ms per forward pass, eager runtime; '<': faster than the " \
                               "batch before it)\n"
 

@@ -14,7 +14,8 @@ from .hf import check_options, load_config
 from .zoo import ZooEntry, zoo_entry
 
 Progress = Callable[[str], None]
-RESNET_TYPE = "tilecast-resnet"
+# Image models built in plain torch by this package (model_type -> module of exporters/).
+IMAGE_TYPES = {"tilecast-resnet": "resnet", "tilecast-mobilenetv3": "mobilenet"}
 
 
 @dataclass(frozen=True)
@@ -127,22 +128,25 @@ def _defaults(source: _Source, batch: int | None, seq: int | None, task: str,
 
 
 def _is_image(config: Mapping[str, Any]) -> bool:
-    return config.get("model_type") == RESNET_TYPE or "image_size" in config
+    return config.get("model_type") in IMAGE_TYPES or "image_size" in config
 
 
 def _build(source: _Source, *, batch: int, seq: int | None, task: str, dtype: str, attn: str,
            layers: int | None) -> tuple[Any, dict[str, Any], str]:
-    """(meta module, example inputs, resolved task) for a HF config or a tilecast ResNet."""
-    if source.config.get("model_type") == RESNET_TYPE:
+    """(meta module, example inputs, resolved task) for a HF config or a tilecast image model
+    (``IMAGE_TYPES``)."""
+    image = IMAGE_TYPES.get(source.config.get("model_type", ""))
+    if image is not None:
         if task not in ("auto", "image-classification"):
             raise ExportError(f"task {task!r} is not supported by {source.label}; "
                               f"supported: image-classification")
         from .torch_export import require_torch
 
         require_torch()
-        from . import resnet
+        import importlib
 
-        module, inputs = resnet.build(source.config, dtype=dtype, batch=batch, layers=layers)
+        builder = importlib.import_module(f".{image}", __package__)
+        module, inputs = builder.build(source.config, dtype=dtype, batch=batch, layers=layers)
         return module, inputs, "image-classification"
     from .hf import prepare
 
