@@ -260,6 +260,9 @@ class OnnxPredictor:
         if tc.any():
             tile[tc], split[tc] = tl.tensor_core_tiles(p.b[tc], p.m[tc], p.n[tc],
                                                        dc.sm_count[tc])
+        fused = tc & p.fused
+        if fused.any():  # a fused attention CTA: 128 queries of one head, all of dv
+            tile[fused] = tl.fused_attention_tiles(p.m[fused])
         tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float),

@@ -12,8 +12,14 @@ A kernel becomes one part, or several whose latencies add up (attention). The ru
   per output element), so the memory-bound rule below, flagged as a fallback.
 - elementwise: the elementwise model on ``elements``, ``bytes`` and ``flops``.
 - softmax / normalization with ``cost.rows``: the softmax / layernorm model.
-- attention with ``cost.matmul`` (b = batch*heads, m = seq_q, n = seq_kv, k = head_dim): what
-  eager PyTorch launches: Q K^T (b, m, n, k), softmax over b*m rows of n, P V (b, m, k, n).
+- a fused attention op with ``cost.matmul`` (b = batch*heads, m = seq_q, n = seq_kv,
+  k = head_dim): one kernel, as every runtime that receives a fused op runs it (PyTorch's
+  scaled_dot_product_attention: FlashAttention-2 or the memory-efficient kernel; ONNX
+  Runtime's fused attention): the matmul model on its equivalent batched GEMM, b x (seq_q x
+  head_dim) outputs over a reduction that carries the op's FLOPs, with the op's bytes (Q, K,
+  V, O: the scores never reach DRAM) and, on matrix units, one CTA per 128 queries of a head.
+  (Eager attention without SDPA is not one op: its MatMul and Softmax nodes are costed as
+  such.)
 - everything else (reduction, pooling, gather, movement, unsupported) or a kernel without the
   dims its family needs: the memory-bound rule, the elementwise model on a copy moving the
   kernel's bytes (bytes / 2 read, bytes / 2 written) with its FLOPs.
@@ -29,7 +35,6 @@ import numpy as np
 
 from ..analyzer.types import DTYPE_SIZE, Kernel
 from .conv import TC_CHANNEL_MULTIPLE, ConvColumns
-from .dataset import SOFTMAX_FLOPS_PER_ELEMENT
 
 _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
          "attention": 5}
@@ -63,6 +68,7 @@ class Parts:
     fallback: np.ndarray  # bool: routed by a rule rather than the kernel's own model
     bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
     weight: np.ndarray  # bytes of a B operand that is a layer's weight (analyzer/weights.py)
+    fused: np.ndarray  # bool: a fused attention kernel's equivalent GEMM (matmul only)
 
 
 @dataclass(frozen=True)
@@ -132,7 +138,8 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
         "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k", "rows", "cols")),
         dtype, unit, layout if layout is not None else np.full(n, "nn", dtype=object),
         np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy(),
-        np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64))
+        np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64),
+        np.broadcast_to(np.asarray(cols.get("fused", False), dtype=bool), (n,)).copy())
 
 
 def _bytewise(p: Parts) -> Parts:
@@ -224,7 +231,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
         idx, c = sub(mask)
         rows[name] = [_parts(idx, c | {"elements": c["rows"] * c["cols"]}, dtype[idx],
                              np.full(len(idx), "vector", dtype=object))]
-    _attention(col, np.nonzero(is_attn)[0], dtype, matmul, rows["softmax"])
+    _attention(col, np.nonzero(is_attn)[0], dtype, matmul)
     parts: dict[str, Parts | ConvParts] = {
         "matmul": _concat(matmul), "elementwise": _bytewise(_concat(elementwise)),
         "softmax": _concat(rows["softmax"]), "layernorm": _concat(rows["layernorm"])}
@@ -235,21 +242,17 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
 
 
 def _attention(col: dict[str, np.ndarray], idx: np.ndarray, dtype: np.ndarray,
-               matmul: list[Parts], softmax: list[Parts]) -> None:
-    """Q K^T, softmax, P V parts of fused attention kernels (eager PyTorch's three kernels)."""
-    b, m, n, k, size = (col[x][idx] for x in ("b", "m", "n", "k", "itemsize"))
-    scores = b * m * n
-    zeros, dt = np.zeros(len(idx)), dtype[idx]
-    mat, vec = np.full(len(idx), "matrix", dtype=object), np.full(len(idx), "vector", dtype=object)
-    base = {"itemsize": size, "rows": zeros, "cols": zeros}
-    qk = base | {"flops": 2 * scores * k, "bytes": size * b * (m * k + n * k + m * n),
-                 "elements": scores, "b": b, "m": m, "n": n, "k": k}
-    pv = base | {"flops": 2 * scores * k, "bytes": size * b * (m * n + n * k + m * k),
-                 "elements": b * m * k, "b": b, "m": m, "n": k, "k": n}
-    sm = {"flops": SOFTMAX_FLOPS_PER_ELEMENT * scores, "bytes": size * 2 * scores,
-          "itemsize": size, "elements": scores, "b": zeros, "m": zeros, "n": zeros,
-          "k": zeros, "rows": b * m, "cols": n}
-    nn = np.full(len(idx), "nn", dtype=object)
-    matmul.append(_parts(idx, qk, dt, mat, nn, fallback=True))
-    matmul.append(_parts(idx, pv, dt, mat, nn, primary=False, fallback=True))
-    softmax.append(_parts(idx, sm, dt, vec, primary=False, fallback=True))
+               matmul: list[Parts]) -> None:
+    """Fused attention kernels as one equivalent batched GEMM (module docstring): b = batch x
+    heads products of (seq_q x dv) outputs, dv = elements / (b seq_q), whose reduction k
+    carries the op's FLOPs (4 x head_dim per visible pair, causal pairs only, plus the
+    softmax's per-score work), and the op's bytes."""
+    b, sq, flops = col["b"][idx], col["m"][idx], col["flops"][idx]
+    dv = np.maximum(np.round(col["elements"][idx] / np.maximum(b * sq, 1.0)), 1.0)
+    k = np.maximum(flops / np.maximum(2.0 * b * sq * dv, 1.0), 1.0)
+    zeros = np.zeros(len(idx))
+    cols = {"flops": flops, "bytes": col["bytes"][idx], "itemsize": col["itemsize"][idx],
+            "elements": b * sq * dv, "b": b, "m": dv, "n": sq, "k": k, "rows": zeros,
+            "cols": zeros, "fused": True}
+    matmul.append(_parts(idx, cols, dtype[idx], np.full(len(idx), "matrix", dtype=object),
+                         np.full(len(idx), "nn", dtype=object), fallback=True))

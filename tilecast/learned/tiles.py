@@ -244,6 +244,19 @@ def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
     return tiles, np.ones(len(b))
 
 
+# Queries per CTA of fused attention forward kernels on matrix units (FlashAttention-2's
+# block of rows for head dims up to 128 in its forward kernel; Dao, "FlashAttention-2", 2023,
+# section 3.3: each thread block takes one block of queries of one head).
+FUSED_ATTENTION_QUERIES = 128
+
+
+def fused_attention_tiles(dv: np.ndarray) -> np.ndarray:
+    """Tile strings of fused attention kernels on their equivalent GEMM (``routing``: n = the
+    queries, m = the value head size): 128 queries by the whole head per CTA."""
+    dv = np.maximum(np.asarray(dv, dtype=np.float64), 1.0)
+    return np.array([f"{FUSED_ATTENTION_QUERIES}x{int(d)}" for d in dv], dtype=object)
+
+
 # Threads per block of cuBLAS's SIMT sgemm kernels by output tile (Block x recorded with
 # every kernel in the shared sweep: maxwell/volta/ampere_sgemm_*); others: 256.
 SGEMM_THREADS = {(128, 128): 256, (128, 64): 128, (64, 64): 64, (128, 32): 256,
