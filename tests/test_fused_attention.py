@@ -85,3 +85,22 @@ def test_sdpa_export_is_forecast_under_its_eager_twin() -> None:
         fused = tilecast.analyze(onnx.parser.parse_model(sdpa), device, runtime="graph")
         unfused = tilecast.analyze(onnx.parser.parse_model(eager), device, runtime="graph")
         assert len(fused.kernels) == 1 and fused.total_ms < unfused.total_ms, device
+
+
+def test_backward_recomputes_the_scores() -> None:
+    # Flash-style backward: Q K^T again, dV, dP, dQ and dK, five products against two. The
+    # query comes from a trained projection so that the attention's inputs need gradients.
+    import onnx.parser
+
+    model = onnx.parser.parse_model("""
+    <ir_version: 10, opset_import: ["" : 23]>
+    g (float16[1, 8, 512, 64] x, float16[1, 8, 512, 64] k, float16[1, 8, 512, 64] v)
+      => (float16[1, 8, 512, 64] y) <float16[64, 64] w = {0}> {
+      q = MatMul(x, w)
+      y = Attention(q, k, v)
+    }""")
+    f = tilecast.analyze(model, "a100-sxm4-40gb", mode="training", predictor="roofline")
+    fwd, bwd = ([k.kernel for k in f.kernels if k.kernel.family == "attention"
+                 and k.kernel.phase == phase] for phase in ("forward", "backward"))
+    assert len(fwd) == 1 and len(bwd) == 1
+    assert bwd[0].cost.flops == fwd[0].cost.flops * 5 // 2

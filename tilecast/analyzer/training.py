@@ -236,13 +236,15 @@ def _gather_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
 
 def _generic_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     """Data movement, pooling, reductions, attention and estimated ops: the gradient moves the
-    same tensors in the other direction (dY read, dX written), with the forward's FLOPs
-    (attention: 4 gradient matmuls against the forward's 2, so twice its FLOPs)."""
+    same tensors in the other direction (dY read, dX written), with the forward's FLOPs.
+    A fused attention's backward (flash / memory-efficient kernels) recomputes the scores
+    instead of reading them: Q K^T again, then dV, dP, dQ and dK, five matmuls against the
+    forward's two (Dao, "FlashAttention-2", 2023, section 3.2), so 2.5 times its FLOPs."""
     node, c = r.node, r.cost
     grads = [t for t in node.inputs if t is not None and t.name in need]
     if not grads:
         return []
-    flops = 2 * c.flops if c.family == "attention" else c.flops
+    flops = c.flops * 5 // 2 if c.family == "attention" else c.flops
     nbytes = sum(_nb(t) for t in node.outputs) + sum(2 * _nb(t) for t in grads)
     return [("dX", OpCost(c.family, flops, nbytes, c.dtype, c.unit, c.matmul, c.rows,
                           c.elements, c.estimated))]
