@@ -124,6 +124,20 @@ def test_longer_contexts_cost_more_on_the_learned_predictor():
     assert last > first
 
 
+@pytest.mark.parametrize("kw", [{}, {"tp": 2}, {"layers": 8}])
+def test_a_fused_attention_graph_serves_as_its_eager_twin_decodes(kw):
+    # The same decoder with each attention core one causal Attention node (an SDPA export):
+    # decode steps replace either core by the same fused decode kernel, so they, the cache
+    # and the weights agree; the prefill runs one fused kernel per core, no scores in DRAM.
+    size = dict(layers=2, hidden=512, heads=8, seq=512, batch=4, vocab=8000)
+    eager, fused = (analyze_serving(gpt2_like(**size, fused_attention=f), "h100", generate=64,
+                                    runtime="graph", **kw) for f in (False, True))
+    assert fused.tpot_ms == pytest.approx(eager.tpot_ms)
+    assert (fused.kv_cache_bytes, fused.weights_bytes) == (eager.kv_cache_bytes,
+                                                           eager.weights_bytes)
+    assert fused.prefill_ms < eager.prefill_ms
+
+
 def test_a_graph_without_attention_is_an_error():
     with pytest.raises(TilecastError, match="no attention pattern"):
         analyze_serving(onnx.parser.parse_model(MLP), "h100", generate=4)

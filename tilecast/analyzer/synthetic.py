@@ -51,7 +51,9 @@ class _Builder:
 
 
 def _attention(b: _Builder, x: str, p: str, batch: int | str, seq: int, hidden: int,
-               heads: int, mask: str, dt: int) -> str:
+               heads: int, mask: str | None, dt: int) -> str:
+    """The attention block; ``mask`` None: its core as one causal ONNX ``Attention`` node
+    (opset 23), as an SDPA export has it."""
     hd = hidden // heads
     qkv = b.op("Add", [b.op("MatMul", [x, b.weight(f"{p}.attn.c_attn.weight",
                                                    [hidden, 3 * hidden], dt)], prefix=p),
@@ -61,12 +63,15 @@ def _attention(b: _Builder, x: str, p: str, batch: int | str, seq: int, hidden: 
     heads_shape = b.const(np.array([0, seq, heads, hd], dtype=np.int64), "shape")
     q, k, v = (b.op("Reshape", [t, heads_shape], prefix=p) for t in (q, k, v))
     q = b.op("Transpose", [q], perm=[0, 2, 1, 3], prefix=p)
-    k = b.op("Transpose", [k], perm=[0, 2, 3, 1], prefix=p)
+    k = b.op("Transpose", [k], perm=[0, 2, 3, 1] if mask else [0, 2, 1, 3], prefix=p)
     v = b.op("Transpose", [v], perm=[0, 2, 1, 3], prefix=p)
-    scores = b.op("MatMul", [q, k], prefix=p)
-    scale = b.const(np.array(math.sqrt(hd), dtype=np.float32 if dt == 1 else np.float16))
-    scores = b.op("Add", [b.op("Div", [scores, scale], prefix=p), mask], prefix=p)
-    ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1, prefix=p), v], prefix=p)
+    if mask is None:
+        ctx = b.op("Attention", [q, k, v], is_causal=1, prefix=p)
+    else:
+        scores = b.op("MatMul", [q, k], prefix=p)
+        scale = b.const(np.array(math.sqrt(hd), dtype=np.float32 if dt == 1 else np.float16))
+        scores = b.op("Add", [b.op("Div", [scores, scale], prefix=p), mask], prefix=p)
+        ctx = b.op("MatMul", [b.op("Softmax", [scores], axis=-1, prefix=p), v], prefix=p)
     ctx = b.op("Transpose", [ctx], perm=[0, 2, 1, 3], prefix=p)
     ctx = b.op("Reshape", [ctx, b.const(np.array([0, seq, hidden], dtype=np.int64))], prefix=p)
     out = b.op("MatMul", [ctx, b.weight(f"{p}.attn.c_proj.weight", [hidden, hidden], dt)],
@@ -98,9 +103,10 @@ def _layernorm(b: _Builder, x: str, p: str, hidden: int, dt: int) -> str:
 
 def gpt2_like(layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 32,
               batch: int | str = 2, vocab: int = 1000, dtype: int = TensorProto.FLOAT,
-              name: str = "gpt2_like") -> onnx.ModelProto:
+              name: str = "gpt2_like", fused_attention: bool = False) -> onnx.ModelProto:
     """A GPT-2 decoder (pre-LN, erf GELU, causal mask, tied LM head) as a static ONNX graph.
-    ``batch`` may be a string to leave a symbolic dim."""
+    ``batch`` may be a string to leave a symbolic dim; ``fused_attention``: each attention
+    core one causal ``Attention`` node (opset 23) instead of MatMul / Softmax nodes."""
     b = _Builder()
     ids = helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, seq])
     x = b.op("Gather", [b.weight("wte.weight", [vocab, hidden], dt := dtype), "input_ids"])
@@ -115,7 +121,7 @@ def gpt2_like(layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 32,
     for i in range(layers):
         p = f"h.{i}."
         a = _attention(b, _layernorm(b, x, p + "ln_1", hidden, dt), p, batch, seq, hidden,
-                       heads, mask, dt)
+                       heads, None if fused_attention else mask, dt)
         x = b.op("Add", [x, a], prefix=p)
         x = b.op("Add", [x, _mlp(b, _layernorm(b, x, p + "ln_2", hidden, dt), p, hidden, dt)],
                  prefix=p)
@@ -124,7 +130,7 @@ def gpt2_like(layers: int = 2, hidden: int = 64, heads: int = 4, seq: int = 32,
     logits = b.op("MatMul", [x, head])
     out = helper.make_tensor_value_info(logits, dt, [batch, seq, vocab])
     graph = helper.make_graph(b.nodes, name, [ids], [out], b.inits)
-    return _finish(graph)
+    return _finish(graph, opset=23 if fused_attention else 17)
 
 
 def _conv_bn_relu(b: _Builder, x: str, p: str, cin: int, cout: int, k: int, stride: int,
@@ -158,8 +164,8 @@ def small_cnn(batch: int = 2, image: int = 64, width: int = 32, classes: int = 1
     return _finish(helper.make_graph(b.nodes, name, [inp], [out], b.inits))
 
 
-def _finish(graph: onnx.GraphProto) -> onnx.ModelProto:
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+def _finish(graph: onnx.GraphProto, opset: int = 17) -> onnx.ModelProto:
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="tilecast.synthetic")
-    model.ir_version = 8
+    model.ir_version = 8 if opset < 21 else 10
     return onnx.shape_inference.infer_shapes(model, data_prop=True)
