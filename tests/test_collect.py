@@ -25,6 +25,7 @@ ln,8,64
 conv,1,3,4,3,8,1,1
 conv,1,4,4,3,8,2,1,2,1
 bn,1,4,8
+sdpa,1,2,64,16,1
 """
 
 
@@ -61,6 +62,9 @@ def test_collect_on_cpu_writes_dataset_schema(tmp_path, shapes_file):
         "1", "0")  # the 7-column row takes the defaults
     assert (conv[2]["Stride"], conv[2]["Groups"], conv[2]["Channels_Last"]) == ("2", "2", "1")
     assert _rows(out, "bn")[0]["Channels"] == "4"
+    sdpa = _rows(out, "sdpa")[0]
+    assert (sdpa["Heads"], sdpa["Seq"], sdpa["Head_Dim"], sdpa["Causal"]) == ("2", "64", "16",
+                                                                            "1")
     device = json.loads((out / "devices" / "cpu.json").read_text())
     assert device["vendor"] == "cpu" and device["peak_tflops_fp32"] > 0
 
@@ -70,7 +74,7 @@ def test_collect_is_resumable(tmp_path, shapes_file):
     assert _collect(out, shapes_file).exit_code == 0
     r = _collect(out, shapes_file, "--dtype", "fp32,bf16")
     assert r.exit_code == 0, r.output
-    assert "measured 9 kernels, 9 already" in r.output
+    assert "measured 10 kernels, 10 already" in r.output
     assert len(_rows(out, "add")) == 2  # fp32 kept, bf16 appended
 
 
@@ -141,6 +145,21 @@ def test_default_conv_plan_covers_cnn_kinds():
     assert any(d["Groups"] == d["Input_Channel"] == d["Output_Channel"] > 1 for d in named)
     assert all(d["Input_Channel"] % d["Groups"] == 0 for d in named)
     assert len(default_grid("bn", 5)) == 5
+
+
+def test_default_attention_plan():
+    """Fused attention (the rule of docs/predictor.md, "Fused attention", has no data yet):
+    causal and not, heads of 64 to 128, 128 to 16384 tokens, every tensor under the cap."""
+    from tilecast.collect.cli import ZOO_DIR
+    from tilecast.collect.shapes import ATTENTION_MAX_ELEMENTS, zoo_shapes
+
+    named = [s.named for s in default_grid("sdpa", 200)]
+    assert {d["Causal"] for d in named} == {0, 1} and {64, 128} <= {d["Head_Dim"] for d in named}
+    assert all(128 <= d["Seq"] <= 16384 for d in named)
+    assert all(d["B"] * d["Heads"] * d["Seq"] * d["Head_Dim"] <= ATTENTION_MAX_ELEMENTS
+               for d in named)
+    # Llama 3 8B's prefill attention: 32 heads of 128, causal
+    assert Shape("sdpa", (8, 32, 2048, 128, 1)) in zoo_shapes("sdpa", [ZOO_DIR / "llama-3-8b.json"])
 
 
 def test_collected_data_trains_a_predictor(tmp_path, shapes_file):

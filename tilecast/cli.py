@@ -249,7 +249,8 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
 @main.command()
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Output folder (laid out like the shared dataset; resumable).")
-@click.option("--ops", default="matmul,linear,elementwise,softmax,layernorm,conv,batchnorm",
+@click.option("--ops", default="matmul,linear,elementwise,softmax,layernorm,conv,batchnorm,"
+              "attention",
               show_default=True, help="Op families or CSV op names, comma-separated.")
 @click.option("--dtype", "dtypes", default="fp32", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16, fp8.")

@@ -62,6 +62,11 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         return lambda: F.linear(x, w)
     if shape.op == "conv":
         return _conv(d, dt, device)
+    if shape.op == "sdpa":
+        q, k, v = (_rand((d["B"], d["Heads"], d["Seq"], d["Head_Dim"]), dt, device)
+                   for _ in range(3))
+        causal = bool(d["Causal"])
+        return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
     if shape.op == "bn":
         x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
         stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
@@ -102,6 +107,8 @@ def input_bytes(shape: Shape, dtype: str) -> int:
                        * d["Kernel_Szie"] ** 2)
     if shape.op == "bn":
         return size * 2 * d["B"] * d["Channels"] * d["Input_Size"] ** 2
+    if shape.op == "sdpa":  # Q, K, V and the output
+        return size * 4 * d["B"] * d["Heads"] * d["Seq"] * d["Head_Dim"]
     return size * 3 * d["B"] * d["H"]
 
 

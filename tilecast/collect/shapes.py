@@ -2,8 +2,10 @@
 
 Op names and dims follow the shared dataset's CSVs (``kernels/nvidia/train/<op>/<GPU>.csv``):
 bmm/linear ``B, M, N, K`` (linear: B=1, an (M x K) x (K x N) product); elementwise, softmax and
-layer norm ``B, H`` (B rows of H elements); conv ``B, Input_Channel, Output_Channel,
-Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's spelling) plus ``Groups`` and
+layer norm ``B, H`` (B rows of H elements); fused attention ``sdpa`` ``B, Heads, Seq,
+Head_Dim, Causal`` (PyTorch's scaled_dot_product_attention, self-attention); conv ``B,
+Input_Channel, Output_Channel, Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's
+spelling) plus ``Groups`` and
 ``Channels_Last`` (0: NCHW, 1: NHWC tensors), which a shapes file may leave out (1 and 0);
 batch norm ``bn`` (inference, NCHW) ``B, Channels, Input_Size``.
 """
@@ -24,17 +26,20 @@ ROW_DIMS = ("B", "H")
 CONV_DIMS = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
              "Padding", "Groups", "Channels_Last")
 BN_DIMS = ("B", "Channels", "Input_Size")
+ATTENTION_DIMS = ("B", "Heads", "Seq", "Head_Dim", "Causal")
 # Trailing dims a shapes file may omit, with their defaults (older 7-column conv files).
 OPTIONAL_DIMS: dict[str, tuple[int, ...]] = {"conv": (1, 0)}
 ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu",
                "tanh")
 OP_DIMS: dict[str, tuple[str, ...]] = {
     "bmm": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS, "ln": ROW_DIMS,
-    "conv": CONV_DIMS, "bn": BN_DIMS, **{op: ROW_DIMS for op in ELEMENTWISE},
+    "conv": CONV_DIMS, "bn": BN_DIMS, "sdpa": ATTENTION_DIMS,
+    **{op: ROW_DIMS for op in ELEMENTWISE},
 }
 FAMILIES: dict[str, tuple[str, ...]] = {
     "matmul": ("bmm",), "linear": ("linear",), "elementwise": ELEMENTWISE,
     "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",), "batchnorm": ("bn",),
+    "attention": ("sdpa",),
 }
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 SEED = 20250322  # fixed: the default grid must be the same on every machine
@@ -114,6 +119,8 @@ def default_grid(op: str, per_op: int = 200) -> list[Shape]:
         return [Shape(op, (b[i], mnk[0][i], mnk[1][i], mnk[2][i])) for i in range(per_op)]
     if op == "conv":
         return _conv_grid(rng, per_op)
+    if op == "sdpa":
+        return _attention_grid(rng, per_op)
     if op == "bn":
         return [Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
                            int(rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048])),
@@ -122,6 +129,25 @@ def default_grid(op: str, per_op: int = 200) -> list[Shape]:
     rows = _log_uniform(rng, 1, 65536, per_op)
     cols = _log_uniform(rng, 32, 16384, per_op, 32)
     return [Shape(op, (rows[i], cols[i])) for i in range(per_op)]
+
+
+# Attention inputs up to this many elements per tensor (Q, K, V, O: 4 x 64 Mi x 2 bytes in
+# fp16), so that every shape of the grid fits on any GPU the plan runs on.
+ATTENTION_MAX_ELEMENTS = 2**26
+
+
+def _attention_grid(rng: np.random.Generator, per_op: int) -> list[Shape]:
+    """Heads of 64 or 128 (and 80, 96: Phi, Gemma-style), 128 to 16384 tokens, causal or not,
+    batches up to what fits."""
+    out = []
+    for seq in _log_uniform(rng, 128, 16384, per_op, 64):
+        dim = int(rng.choice([64, 64, 128, 128, 80, 96]))
+        fit = [h for h in (8, 12, 16, 32, 40, 64) if h * seq * dim <= ATTENTION_MAX_ELEMENTS]
+        heads = int(rng.choice(fit))  # 8 heads of 128 at 16384 tokens: 16 Mi, always fits
+        most = ATTENTION_MAX_ELEMENTS // (heads * seq * dim)
+        b = int(rng.choice([x for x in (1, 2, 4, 8, 16, 32) if x <= most]))
+        out.append(Shape("sdpa", (b, heads, seq, dim, int(rng.integers(0, 2)))))
+    return out
 
 
 # Conv kinds of CNNs: dense (1x1, 3x3, 7x7 stem; stride 1 or 2), grouped (ResNeXt: 32
@@ -183,6 +209,8 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
                 out += {
                     "linear": [Shape(op, (1, t, n, k)) for n, k in
                                ((3 * h, h), (h, h), (ffn, h), (h, ffn))],
+                    # causal (decoders) and not (encoders), whichever the model is
+                    "sdpa": [Shape(op, (b, heads, s, h // heads, c)) for c in (1, 0)],
                     "bmm": [Shape(op, (b * heads, s, s, h // heads)),
                             Shape(op, (b * heads, s, h // heads, s)),
                             *(Shape(op, (1, t, n, k)) for n, k in
