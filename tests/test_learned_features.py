@@ -206,12 +206,14 @@ def test_tile_table_schema_is_checked() -> None:
 
 
 # blocks = b * ceil(n / tm) * ceil(m / tn) against 108 SMs (A100): the largest tile with at
-# least one block per SM, else 64x64.
+# least one block per SM, else 64x64; 128x128 instead of 256x128 when its whole waves hold
+# less work (waves x tile area).
 @pytest.mark.parametrize(("b", "m", "n", "want"), [
-    (1, 8192, 8192, "256x128"),  # 32 x 64 = 2048 blocks
+    (1, 8192, 8192, "256x128"),  # 2048 blocks: 19 waves x 32768 = 622592; 128x128: 38 x 16384
     (1, 1024, 1024, "128x64"),  # 256x128: 4 x 8 = 32; 128x128: 64; 128x64: 8 x 16 = 128
     (1, 256, 256, "64x64"),  # 128x64: 2 x 4 = 8 < 108: no tile fills a wave
-    (64, 256, 256, "256x128"),  # 64 x 1 x 2 = 128 blocks
+    (64, 256, 256, "128x128"),  # 256x128: 128 blocks, 2 waves x 32768; 128x128: 3 x 16384
+    (1, 4096, 4096, "256x128"),  # 512 blocks, 5 x 32768 = 10 x 16384: a tie keeps the larger
 ])
 def test_tensor_core_tiles_table(b: int, m: int, n: int, want: str) -> None:
     from tilecast.learned.tiles import tensor_core_tiles
