@@ -232,6 +232,10 @@ def _blocks(b: np.ndarray, m: np.ndarray, n: np.ndarray, tile: tuple[int, int]) 
     return b * np.ceil(n / tile[0]) * np.ceil(m / tile[1])
 
 
+def _label(tile: tuple[int, int]) -> str:
+    return f"{tile[0]}x{tile[1]}"
+
+
 def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
                       sm_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(tile strings, split-K counts) for tensor-core GEMMs: the largest tile that still
@@ -246,16 +250,15 @@ def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
     second wave decides. A 4096 x 1024 output on 108 SMs: 128 blocks of 256x128 (2 waves,
     1.19 of them used) or 256 of 128x128 (3 waves, 2.37 used), 25 % less time."""
     b, m, n, sms = (np.maximum(np.asarray(a, dtype=np.float64), 1.0) for a in (b, m, n, sm_count))
-    tiles = np.full(len(b), "x".join(map(str, TENSOR_CORE_TILES[-1])), dtype=object)
+    tiles = np.full(len(b), _label(TENSOR_CORE_TILES[-1]), dtype=object)
     chosen = np.zeros(len(b), dtype=bool)
-    for tm, tn in TENSOR_CORE_TILES[:-1]:
-        fits = ~chosen & (_blocks(b, m, n, (tm, tn)) >= sms)
-        tiles[fits] = f"{tm}x{tn}"
+    for tile in TENSOR_CORE_TILES[:-1]:
+        fits = ~chosen & (_blocks(b, m, n, tile) >= sms)
+        tiles[fits] = _label(tile)
         chosen |= fits
-    large, half = TENSOR_CORE_TILES[0], TENSOR_CORE_TILES[1]
+    large, half = TENSOR_CORE_TILES[:2]
     work = {t: np.ceil(_blocks(b, m, n, t) / sms) * t[0] * t[1] for t in (large, half)}
-    tiles[(tiles == "x".join(map(str, large))) & (work[half] < work[large])] = \
-        "x".join(map(str, half))
+    tiles[(tiles == _label(large)) & (work[half] < work[large])] = _label(half)
     return tiles, np.ones(len(b))
 
 
