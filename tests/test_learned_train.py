@@ -339,3 +339,50 @@ def test_shared_data_amd_split_u_reproduces_the_launch_grids(dataset_dir: Path) 
     blocks = s.b * np.ceil(s.n / tm) * np.ceil(s.m / tn) * s.split_k
     assert len(s) > 6000 and (s.split_k > 1).sum() >= 200
     assert (blocks == s.grid / s.block_threads).all()  # AMD's grid x counts threads
+
+
+def test_logo_repeats_use_disjoint_seeds_and_average_the_folds() -> None:
+    # Members of one run train from seed, seed + 1, seed + 2 (ensemble 3): the next run starts
+    # at seed + 3, so no member is shared. Averages: (20 + 30) / 2 = 25, (12 + 18) / 2 = 15.
+    pytest.importorskip("torch", reason="the protocol trains models")
+    from tilecast.learned.conv_train import ConvFold, average_folds
+    from tilecast.learned.cv import average_rows, repeat_seeds
+    from tilecast.learned.evaluate import SHAPES, EvalRow
+    from tilecast.learned.train import TrainConfig
+
+    assert repeat_seeds(3) == (0, 3, 6)
+    assert repeat_seeds(2, TrainConfig(seed=5, ensemble=1)) == (5, 6)
+    runs = [[EvalRow("G1", "softmax", "tilecast", 100, 20.0),
+             EvalRow("G1", "softmax", SHAPES, 10, 12.0)],
+            [EvalRow("G1", "softmax", "tilecast", 100, 30.0),
+             EvalRow("G1", "softmax", SHAPES, 10, 18.0)]]
+    assert [(r.predictor, r.n, r.mape_pct) for r in average_rows(runs)] == [
+        ("tilecast", 100, 25.0), (SHAPES, 10, 15.0)]
+    folds = average_folds([[ConvFold("G1", 50, 20.0, 40.0, 0.6)],
+                           [ConvFold("G1", 50, 24.0, 40.0, 0.7)]])
+    assert folds == [ConvFold("G1", 50, 22.0, 40.0, pytest.approx(0.65))]
+
+
+def test_logo_spread_lines_show_each_run() -> None:
+    from tilecast.learned.commands import _spread_lines
+
+    runs = [{"seed": 0, "mean": {"softmax": 19.3}, "shapes": {"softmax": 11.1}, "conv_mean": 23.7},
+            {"seed": 3, "mean": {"softmax": 21.0}, "shapes": {"softmax": 10.0}, "conv_mean": 22.0}]
+    assert _spread_lines(runs[:1]) == ""
+    text = _spread_lines(runs)
+    assert "softmax        1.7 /   1.1  (runs: 19.3/11.1, 21.0/10.0)" in text
+    assert "conv           1.7  (runs: 23.7, 22.0)" in text
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--repeats", "2"], "use it with --cv logo"),
+    (["--repeats", "0", "--cv", "logo"], "'--repeats'"),
+])
+def test_kernels_eval_repeats_is_checked(tmp_path: Path, args: list[str], message: str) -> None:
+    from click.testing import CliRunner
+
+    from tilecast.cli import main
+
+    root = make_dataset(tmp_path / "data")
+    r = CliRunner().invoke(main, ["kernels-eval", "--data", str(root), *args])
+    assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output

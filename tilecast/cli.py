@@ -393,9 +393,13 @@ def train(data_dirs: tuple[Path, ...], out: Path, epochs: int | None) -> None:
               help="Predictor .onnx (or its folder); default: the shipped one.")
 @click.option("--cv", type=click.Choice(("none", "logo")), default="none", show_default=True,
               help="logo: leave-one-GPU-out over the training GPUs (retrains per fold).")
+@click.option("--repeats", type=click.IntRange(1, 10), default=1, show_default=True,
+              help="With --cv logo: run the folds this many times from disjoint training "
+                   "seeds; the table is their mean, and the spread shows what a change must "
+                   "beat.")
 @output_options(("table", "json"))
-def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: str, fmt: str,
-                 output: str | None) -> None:
+def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: str,
+                 repeats: int, fmt: str, output: str | None) -> None:
     """Kernel-level MAPE per GPU and op family: tilecast vs roofline vs a direct regressor,
     and how often the predicted matmul tile is the one cuBLAS ran.
 
@@ -403,8 +407,10 @@ def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: s
     Example:
       tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --format json
       tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo
+      tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo --repeats 3
     """
     from .learned.commands import kernels_eval_command
 
     write_output(kernels_eval_command(data_dirs, predictor_path, fmt,
-                                      echo=lambda m: click.echo(m, err=True), cv=cv), output)
+                                      echo=lambda m: click.echo(m, err=True), cv=cv,
+                                      repeats=repeats), output)

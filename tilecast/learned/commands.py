@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
+MAX_REPEATS = 10  # each repeat retrains every fold (minutes each on two cores)
 Echo = Callable[[str], None]
 
 
@@ -41,14 +42,19 @@ def train_command(data_dirs: Sequence[Path], out: Path, epochs: int | None, echo
 
 
 def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt: str,
-                         echo: Echo, cv: str = "none") -> str:
+                         echo: Echo, cv: str = "none", repeats: int = 1) -> str:
     """The MAPE table (or JSON) of tilecast, roofline and the direct regressor; with
-    ``cv="logo"`` the leave-one-GPU-out folds instead."""
+    ``cv="logo"`` the leave-one-GPU-out folds instead, run ``repeats`` times from disjoint
+    training seeds and averaged."""
     from .conv_eval import conv_eval_rows
     from .evaluate import PREDICTORS, evaluate_kernels, format_table, tile_accuracy
 
+    if repeats < 1 or repeats > MAX_REPEATS:
+        raise ConfigError(f"--repeats must be 1 to {MAX_REPEATS}, got {repeats}")
     if cv == "logo":
-        return _logo_command(data_dirs, fmt, echo)
+        return _logo_command(data_dirs, fmt, echo, repeats)
+    if repeats != 1:
+        raise ConfigError("--repeats retrains the leave-one-GPU-out folds: use it with --cv logo")
 
     names = PREDICTORS
     try:
@@ -70,10 +76,11 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
     return format_table(rows) + "\n" + "\n".join(lines) + "\n"
 
 
-def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
+def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int = 1) -> str:
     try:
-        from .conv_train import logo_conv
-        from .cv import logo, summary
+        from .conv_train import average_folds, logo_conv
+        from .cv import average_rows, logo, repeat_seeds, summary
+        from .train import TrainConfig
     except ImportError as exc:
         raise ConfigError(f"--cv logo trains models and needs torch ({exc.name} is missing): "
                           "pip install 'tilecast[train]'") from exc
@@ -81,14 +88,57 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo) -> str:
     from .conv_eval import format_folds
     from .evaluate import SHAPES, format_table
 
-    rows = logo(data_dirs, progress=echo)
     samples = load_conv(data_dirs)  # conv: its own GPUs, on held-out shapes (conv_train.py)
-    folds = logo_conv(samples, progress=echo) if samples is not None else []
+    seeds = repeat_seeds(repeats)
+    runs, conv_runs = [], []
+    for seed in seeds:
+        if repeats > 1:
+            echo(f"repeat with training seed {seed}")
+        config = TrainConfig(seed=seed)
+        runs.append(logo(data_dirs, config, progress=echo))
+        conv_runs.append(logo_conv(samples, config, progress=echo) if samples is not None
+                         else [])
+    rows, folds = average_rows(runs), average_folds(conv_runs)
+    by_seed = [_seed_summary(seed, r, f) for seed, r, f in zip(seeds, runs, conv_runs,
+                                                                  strict=True)]
     if fmt == "json":
-        return json.dumps({"folds": [r.to_json() for r in rows],
-                           "conv_folds": [f.to_json() for f in folds]}, indent=1) + "\n"
+        return json.dumps({"seeds": list(seeds), "folds": [r.to_json() for r in rows],
+                           "conv_folds": [f.to_json() for f in folds], "by_seed": by_seed},
+                          indent=1) + "\n"
     mean = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows).items())
     shapes = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows, SHAPES).items())
     conv = "\n\n" + format_folds(folds) if folds else ""
-    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast): {mean}"
-            + f"\n... on their held-out shapes only (column {SHAPES}): {shapes}" + conv + "\n")
+    over = f" (mean of {repeats} runs, training seeds {', '.join(map(str, seeds))})" \
+        if repeats > 1 else ""
+    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast){over}: {mean}"
+            + f"\n... on their held-out shapes only (column {SHAPES}): {shapes}"
+            + _spread_lines(by_seed) + conv + "\n")
+
+
+def _seed_summary(seed: int, rows, folds) -> dict:
+    """One run's means over the held-out GPUs (all kernels, held-out shapes, conv)."""
+    from .cv import summary
+    from .evaluate import SHAPES
+
+    conv = [f.tilecast_mape_pct for f in folds]
+    return {"seed": seed, "mean": summary(rows), "shapes": summary(rows, SHAPES),
+            "conv_mean": sum(conv) / len(conv) if conv else None}
+
+
+def _spread_lines(by_seed: list[dict]) -> str:
+    """How far the runs' means lie apart per family: a change of the protocol's means by less
+    than this is not evidence either way."""
+    if len(by_seed) < 2:
+        return ""
+    lines = ["", "spread over the training seeds (max - min of the means; all kernels / held-out "
+             "shapes):"]
+    for fam in by_seed[0]["mean"]:
+        a = [b["mean"][fam] for b in by_seed]
+        h = [b["shapes"].get(fam, float("nan")) for b in by_seed]
+        lines.append(f"  {fam:12s} {max(a) - min(a):5.1f} / {max(h) - min(h):5.1f}  (runs: "
+                     + ", ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(a, h, strict=True)) + ")")
+    conv = [b["conv_mean"] for b in by_seed if b["conv_mean"] is not None]
+    if len(conv) == len(by_seed):
+        lines.append(f"  {'conv':12s} {max(conv) - min(conv):5.1f}  (runs: "
+                     + ", ".join(f"{c:.1f}" for c in conv) + ")")
+    return "\n".join(lines)

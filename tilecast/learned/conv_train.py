@@ -97,6 +97,17 @@ def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
     return folds
 
 
+def average_folds(runs: Sequence[Sequence[ConvFold]]) -> list[ConvFold]:
+    """Each GPU's fold averaged over runs that differ only in their training seed."""
+    by_gpu: dict[str, list[ConvFold]] = {}
+    for folds in runs:
+        for f in folds:
+            by_gpu.setdefault(f.gpu, []).append(f)
+    return [replace(fs[0], **{k: float(np.mean([getattr(f, k) for f in fs])) for k in
+                              ("tilecast_mape_pct", "roofline_mape_pct", "algorithm_accuracy")})
+            for fs in by_gpu.values()]
+
+
 def train_conv(data_dirs: Sequence[Path | str], config: TrainConfig,
                lookup: DeviceLookup = default_lookup,
                progress: Progress | None = None) -> ConvModel | None:

@@ -68,3 +68,24 @@ def summary(rows: Sequence[EvalRow], predictor: str = "tilecast") -> dict[str, f
         if r.predictor == predictor:
             out.setdefault(r.family, []).append(r.mape_pct)
     return {fam: float(np.mean(v)) for fam, v in out.items()}
+
+
+def repeat_seeds(repeats: int, config=None) -> tuple[int, ...]:
+    """Training seeds of ``repeats`` runs of the protocol whose ensemble members never share
+    a seed (members of a run use seed, seed + 1, ...: ``TrainConfig.ensemble``)."""
+    from .train import TrainConfig
+
+    config = config or TrainConfig()
+    step = max(1, config.ensemble)
+    return tuple(config.seed + step * i for i in range(repeats))
+
+
+def average_rows(runs: Sequence[Sequence[EvalRow]]) -> list[EvalRow]:
+    """One row per (GPU, family, predictor): the MAPE averaged over runs of the protocol that
+    differ only in their training seed (the first run's order)."""
+    cells: dict[tuple[str, str, str], list[EvalRow]] = {}
+    for rows in runs:
+        for r in rows:
+            cells.setdefault((r.gpu, r.family, r.predictor), []).append(r)
+    return [replace(rs[0], mape_pct=float(np.mean([r.mape_pct for r in rs])))
+            for rs in cells.values()]
