@@ -24,6 +24,7 @@ from .cli_options import (
     parse_dims,
     write_output,
 )
+from .learned.commands import MAX_REPEATS
 
 
 @click.group(cls=TilecastGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -393,7 +394,7 @@ def train(data_dirs: tuple[Path, ...], out: Path, epochs: int | None) -> None:
               help="Predictor .onnx (or its folder); default: the shipped one.")
 @click.option("--cv", type=click.Choice(("none", "logo")), default="none", show_default=True,
               help="logo: leave-one-GPU-out over the training GPUs (retrains per fold).")
-@click.option("--repeats", type=click.IntRange(1, 10), default=1, show_default=True,
+@click.option("--repeats", type=click.IntRange(1, MAX_REPEATS), default=1, show_default=True,
               help="With --cv logo: run the folds this many times from disjoint training "
                    "seeds; the table is their mean, and the spread shows what a change must "
                    "beat.")
