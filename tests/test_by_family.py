@@ -290,3 +290,23 @@ def test_attention_passes_use_the_scalar_divide_as_the_streaming_rate():
     assert rows == {("G", "dropout"): ["1", "4.50", "4.50", "4.50"],
                     ("G", "softmax"): ["1", "6.00", "6.00", "6.00"]}
 
+
+
+@pytest.mark.parametrize("shapes, want", [
+    # GPT-3 2.7B at batch 8: 8 x 32 heads of 80 over 2048 tokens. Q (.., 2048, 80) times the
+    # transposed key view (.., 80, 2048): Q K^T, (B, M, N, K) = (256, 2048, 2048, 80)
+    ("[[8, 32, 2048, 80], [8, 32, 80, 2048]]", ("qk", (256, 2048, 2048, 80))),
+    # the scores (.., 2048, 2048) times V (.., 2048, 80): P V, reduction over the tokens
+    ("[[8, 32, 2048, 2048], [8, 32, 2048, 80]]", ("pv", (256, 2048, 80, 2048))),
+    ("[[16, 64], [64, 32]]", None),  # a 2-D GEMM is no attention product
+    ("[[2, 4, 8, 16], [2, 4, 32, 8]]", None),  # inner dims differ: not a product
+    ("not a shape", None),
+])
+def test_attention_layout_classifies_the_two_products(shapes, want):
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "attention_layout.py"
+    spec = importlib.util.spec_from_file_location("attention_layout", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    got = bench.product(shapes)
+    assert (got and (got[0], (got[1].b, got[1].m, got[1].n, got[1].k))) == (want or None)
+    assert got is None or got[1].batched

@@ -188,3 +188,59 @@ def test_collected_data_trains_a_predictor(tmp_path, shapes_file):
     onnx.save(gpt2_like(layers=1, hidden=32, heads=2, seq=16, batch=1, vocab=64), model)
     f = tilecast.analyze(model, out / "devices" / "cpu.json", predictor=str(artifact))
     assert f.total_ms > 0 and f.predictor.startswith("tilecast")
+
+
+EXTRA_SHAPES = """bmm,2,32,48,16
+bmmt,2,32,48,16
+addb,16,64
+whereb,16,64
+maxt,16,64
+and,16,64
+cast,16,64
+"""
+
+
+def test_layout_mask_and_cast_ops_compute_what_they_name():
+    torch = pytest.importorskip("torch")
+    from tilecast.collect.ops import build
+
+    cpu = torch.device("cpu")
+    out = build(Shape("bmmt", (2, 3, 4, 5)), "fp32", cpu)()  # (2, 3 x 5) @ (2, 4 x 5)^T
+    assert out.shape == (2, 3, 4)
+    assert build(Shape("cast", (4, 8)), "fp32", cpu)().dtype == torch.bfloat16
+    assert build(Shape("cast", (4, 8)), "bf16", cpu)().dtype == torch.float32
+    assert build(Shape("and", (4, 8)), "bool", cpu)().dtype == torch.bool
+    for op in ("addb", "whereb", "maxt"):
+        assert build(Shape(op, (4, 8)), "fp16", cpu)().shape == (4, 8)
+    with pytest.raises(ConfigError, match="and is measured in bool only"):
+        build(Shape("and", (4, 8)), "fp16", cpu)
+
+
+def test_collect_layout_mask_and_cast_ops(tmp_path):
+    """bool And is measured once (in bool) whatever --dtype says; the rest once per dtype;
+    training skips them (no model input for layout or broadcasting yet)."""
+    from tilecast.learned.dataset import load_kernels
+
+    shapes = tmp_path / "extra.csv"
+    shapes.write_text(EXTRA_SHAPES)
+    out = tmp_path / "out"
+    r = _collect(out, shapes, "--dtype", "fp32,bf16")
+    assert r.exit_code == 0, r.output
+    assert [row["dtype"] for row in _rows(out, "and")] == ["bool"]
+    assert [row["dtype"] for row in _rows(out, "cast")] == ["fp32", "bf16"]
+    assert _rows(out, "bmmt")[0]["Kernel Name"]
+    r = _collect(out, shapes, "--dtype", "fp32,bf16")
+    assert "measured 0 kernels, 13 already" in r.output  # 6 ops x 2 dtypes + And once
+    assert set(load_kernels([out], "train", vendor="cpu").op) == {"bmm"}
+
+
+def test_zoo_plan_has_attention_layout_and_masks():
+    from tilecast.collect.cli import ZOO_DIR
+    from tilecast.collect.shapes import MASK_OPS, zoo_shapes
+
+    llama = [ZOO_DIR / "llama-3-8b.json"]
+    # Q K^T of 32 heads of 128 at 512 tokens, read transposed as eager attention does
+    assert Shape("bmmt", (32, 512, 512, 128)) in zoo_shapes("bmmt", llama)
+    for op in MASK_OPS:  # the scores (32 heads x 512 tokens rows of 512); cast: hidden states
+        want = Shape(op, (512, 4096)) if op == "cast" else Shape(op, (32 * 512, 512))
+        assert want in zoo_shapes(op, llama)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .shapes import Shape
+from .shapes import FIXED_DTYPES, MASK_OPS, Shape
 from .timing import Timing, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
@@ -45,8 +45,33 @@ def _fp8_linear(shape: Shape, device) -> Callable[[], object]:
     return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
 
+def _mask_op(op: str, d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
+    """The ``MASK_OPS`` of ``shapes``: broadcast operands, bool tensors, a cast."""
+    rows, cols = d["B"], d["H"]
+    if op == "and":
+        a, b = (torch.rand((rows, cols), device=device) < 0.5 for _ in range(2))
+        return lambda: a & b
+    x = _rand((rows, cols), dt, device)
+    if op == "cast":
+        other = torch.float32 if dt in (torch.float16, torch.bfloat16) else torch.bfloat16
+        return lambda: x.to(other)
+    floor = torch.full((), -1.0, dtype=dt, device=device)  # 0-dim: broadcast, not a scalar
+    if op == "maxt":
+        return lambda: torch.maximum(x, floor)
+    if op == "whereb":
+        keep = torch.rand((1, cols), device=device) < 0.5
+        return lambda: torch.where(keep, x, floor)
+    row = _rand((1, cols), dt, device)  # addb
+    return lambda: x + row
+
+
 def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
     """A zero-argument callable running the op once on preallocated inputs."""
+    if shape.op in FIXED_DTYPES:
+        if dtype != FIXED_DTYPES[shape.op]:
+            raise ConfigError(f"{shape.op} is measured in {FIXED_DTYPES[shape.op]} only, "
+                              f"not {dtype}")
+        return _mask_op(shape.op, shape.named, torch.float32, device)
     if dtype == "fp8":
         if shape.op not in ("linear", "bmm") or shape.dims[0] != 1:
             raise ConfigError(f"fp8 is collected for linear-shaped matmuls only, not {shape.op}")
@@ -57,6 +82,10 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         a, b = _rand((d["B"], d["M"], d["K"]), dt, device), _rand((d["B"], d["K"], d["N"]),
                                                                   dt, device)
         return lambda: torch.bmm(a, b)
+    if shape.op == "bmmt":  # attention's Q K^T: K stored (B, N, K), read transposed
+        a, bt = _rand((d["B"], d["M"], d["K"]), dt, device), _rand((d["B"], d["N"], d["K"]),
+                                                                   dt, device)
+        return lambda: torch.bmm(a, bt.transpose(1, 2))
     if shape.op == "linear":
         x, w = _rand((d["M"], d["K"]), dt, device), _rand((d["N"], d["K"]), dt, device)
         return lambda: F.linear(x, w)
@@ -71,6 +100,8 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
         stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
         return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
+    if shape.op in MASK_OPS:
+        return _mask_op(shape.op, d, dt, device)
     x = _rand((d["B"], d["H"]), dt, device)
     if shape.op == "softmax":
         return lambda: torch.softmax(x, dim=-1)
@@ -96,9 +127,9 @@ def _conv(d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
 
 
 def input_bytes(shape: Shape, dtype: str) -> int:
-    size = 1 if dtype == "fp8" else 2 if dtype in ("fp16", "bf16") else 4
+    size = 1 if dtype in ("fp8", "bool") else 2 if dtype in ("fp16", "bf16") else 4
     d = shape.named
-    if shape.op in ("bmm", "linear"):
+    if shape.op in ("bmm", "bmmt", "linear"):
         return size * d["B"] * (d["M"] * d["K"] + d["K"] * d["N"] + d["M"] * d["N"])
     if shape.op == "conv":
         img = d["B"] * d["Input_Size"] ** 2

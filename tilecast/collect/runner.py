@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .shapes import OP_DIMS, Shape
+from .shapes import OP_DIMS, Shape, dtypes_for
 from .timing import Timing, device_label, resolve_device, time_callable, torch_module
 
 BASE_COLUMNS = ("OPName", "Latency", "Device", "Torch Version", "CUDNN Version", "Kernel Name",
@@ -85,7 +85,7 @@ def pending(shapes: Iterable[Shape], dtypes: tuple[str, ...], sink: CsvSink,
     out = []
     for shape in shapes:
         keys = done.setdefault(shape.op, existing_keys(sink.path(shape.op)))
-        for dtype in dtypes:
+        for dtype in dtypes_for(shape.op, dtypes):
             if (shape.op, dtype, *map(str, shape.dims)) not in keys:
                 out.append((shape, dtype))
     return out
@@ -185,5 +185,5 @@ def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, d
                                       repeats))
         measured += 1
     files = tuple(sorted({sink.path(s.op) for s in shapes if sink.path(s.op).exists()}))
-    return CollectResult(name, measured, len(shapes) * len(dtypes) - len(todo), too_large,
-                         files)
+    planned = sum(len(dtypes_for(s.op, dtypes)) for s in shapes)
+    return CollectResult(name, measured, planned - len(todo), too_large, files)

@@ -8,6 +8,16 @@ Input_Channel, Output_Channel, Kernel_Szie, Input_Size, Stride, Padding`` (the d
 spelling) plus ``Groups`` and
 ``Channels_Last`` (0: NCHW, 1: NHWC tensors), which a shapes file may leave out (1 and 0);
 batch norm ``bn`` (inference, NCHW) ``B, Channels, Input_Size``.
+
+Beyond the shared schema, the kernels eager PyTorch runs for a transformer layer that no shared
+row measures (docs/predictor.md, "Open causes"): ``bmmt``, attention's ``Q K^T`` (a batched
+product whose second operand, stored (B, N, K), is read transposed); the mask ops, which
+broadcast an operand and so leave PyTorch's vectorized elementwise kernel (``addb`` adds a
+(1, H) row to (B, H), ``whereb`` selects by a (1, H) bool mask against a 0-dim device tensor,
+``maxt`` clamps against a 0-dim device tensor); ``and`` on bool tensors; and ``cast`` to the
+other float width (16-bit <-> fp32: what autocast inserts). Training reads none of them yet
+(``learned/dataset.py`` skips ops it does not model): they are the data a model input for
+layout and broadcasting needs.
 """
 
 from __future__ import annotations
@@ -31,13 +41,18 @@ ATTENTION_DIMS = ("B", "Heads", "Seq", "Head_Dim", "Causal")
 OPTIONAL_DIMS: dict[str, tuple[int, ...]] = {"conv": (1, 0)}
 ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu",
                "tanh")
+# Elementwise kernels outside the shared schema (module docstring): broadcast masks, bool, casts.
+MASK_OPS = ("addb", "whereb", "maxt", "and", "cast")
+ROW_OPS = ELEMENTWISE + MASK_OPS
 OP_DIMS: dict[str, tuple[str, ...]] = {
-    "bmm": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS, "ln": ROW_DIMS,
-    "conv": CONV_DIMS, "bn": BN_DIMS, "sdpa": ATTENTION_DIMS,
-    **{op: ROW_DIMS for op in ELEMENTWISE},
+    "bmm": MATMUL_DIMS, "bmmt": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS,
+    "ln": ROW_DIMS, "conv": CONV_DIMS, "bn": BN_DIMS, "sdpa": ATTENTION_DIMS,
+    **{op: ROW_DIMS for op in ROW_OPS},
 }
+# Ops measured in one dtype whatever --dtype asks for (bool And: its operands are bool).
+FIXED_DTYPES: dict[str, str] = {"and": "bool"}
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "matmul": ("bmm",), "linear": ("linear",), "elementwise": ELEMENTWISE,
+    "matmul": ("bmm", "bmmt"), "linear": ("linear",), "elementwise": ROW_OPS,
     "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",), "batchnorm": ("bn",),
     "attention": ("sdpa",),
 }
@@ -67,6 +82,11 @@ def parse_ops(text: str) -> tuple[str, ...]:
             known = ", ".join([*FAMILIES, *OP_DIMS])
             raise ConfigError(f"unknown op {item!r}: choose from {known}")
     return tuple(dict.fromkeys(ops))
+
+
+def dtypes_for(op: str, dtypes: tuple[str, ...]) -> tuple[str, ...]:
+    """The dtypes one op is measured in: the requested ones, or the op's fixed dtype."""
+    return (FIXED_DTYPES[op],) if op in FIXED_DTYPES else dtypes
 
 
 def parse_dtypes(text: str) -> tuple[str, ...]:
@@ -113,7 +133,7 @@ def _log_uniform(rng: np.random.Generator, lo: int, hi: int, n: int, multiple: i
 def default_grid(op: str, per_op: int = 200) -> list[Shape]:
     """A log-uniform sample over the shared dataset's ranges (same seed everywhere)."""
     rng = np.random.default_rng(SEED + sum(map(ord, op)))
-    if op in ("bmm", "linear"):
+    if op in ("bmm", "bmmt", "linear"):
         b = [1] * per_op if op == "linear" else _log_uniform(rng, 1, 512, per_op)
         mnk = [_log_uniform(rng, 16, 8192, per_op, 16) for _ in range(3)]
         return [Shape(op, (b[i], mnk[0][i], mnk[1][i], mnk[2][i])) for i in range(per_op)]
@@ -215,7 +235,12 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
                             Shape(op, (b * heads, s, h // heads, s)),
                             *(Shape(op, (1, t, n, k)) for n, k in
                               ((3 * h, h), (h, h), (ffn, h), (h, ffn)))],
+                    # Q K^T as eager attention runs it (the "bmm" row above is its "nn" twin)
+                    "bmmt": [Shape(op, (b * heads, s, s, h // heads))],
                     "softmax": [Shape(op, (b * heads * s, s))],
                     "ln": [Shape(op, (t, h))],
+                    # the masks act on the attention scores; a cast on the hidden states
+                    **{m: [Shape(op, (b * heads * s, s))] for m in MASK_OPS if m != "cast"},
+                    "cast": [Shape(op, (t, h))],
                 }.get(op, [Shape(op, (t, ffn))] if op in ELEMENTWISE else [])
     return list(dict.fromkeys(out))
