@@ -1,4 +1,4 @@
-"""Do the shared dataset's two measurement sources agree? Four checks, printed per GPU.
+"""Do the shared dataset's two measurement sources agree? Five checks, printed per GPU.
 
     python benchmarks/data_consistency.py [--data ../shared/datasets/neusight-asplos25]
 
@@ -16,6 +16,11 @@
    row kernel on it and Y: ATen's softmax_backward_cuda_out) and, as the per-node harness calls
    the backward with grad mode on, 6.25 for dropout (cast the one-byte mask, scale it, multiply
    by dY); a training step's dropout backward is one 2.25-pass kernel.
+5. The sweep's two splits on near-identical shapes: for each held-out (eval) GEMM of at least
+   1 GFLOP, the training row of the same op and GPU whose B, M, N and K all lie within 10 %;
+   eval TFLOP/s / train TFLOP/s, median and quartiles. The held-out shapes are round (model
+   dims, multiples of 128), the training shapes random; within each split roundness is worth
+   0-6 %, so a larger ratio is the state the GPU was measured in (clocks), not the shape.
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -162,6 +167,34 @@ def attention_passes(runs) -> list[str]:
     return lines
 
 
+def split_pairs(data: Path) -> list[str]:
+    import numpy as np
+
+    from tilecast.learned.dataset import KernelSamples, load_kernels
+
+    s = KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")
+                              for vendor in ("nvidia", "amd")])
+    dims = np.log(np.stack([s.b, s.m, s.n, s.k], 1).astype(float).clip(1))
+    tflops = s.flops / s.latency_ms / 1e9
+    lines = ["5. Same GEMM class, held-out split / training split: TFLOP/s of near-identical "
+             "shapes (every dim within 10 %)",
+             f"{'gpu':26s} {'op':7s} pairs  median    q25    q75"]
+    for dev in sorted(set(s.device.tolist())):
+        for op in ("linear", "bmm"):
+            sel = (s.device == dev) & (s.op == op) & (s.flops >= 1e9)
+            tr, ev = (np.nonzero(sel & (s.split == sp))[0] for sp in ("train", "eval"))
+            ratios = []
+            for j in ev if len(tr) else ():
+                gap = np.abs(dims[tr] - dims[j]).max(axis=1)
+                if gap.min() < np.log(1.1):
+                    ratios.append(tflops[j] / tflops[tr[gap.argmin()]])
+            if ratios:
+                q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
+                lines.append(f"{dev:26s} {op:7s} {len(ratios):5d}  {q50:6.2f}  {q25:5.2f}  "
+                             f"{q75:5.2f}")
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
@@ -171,7 +204,7 @@ def main() -> int:
         return 2
     runs = labelled_runs(args.data)
     for block in (same_gemm(runs, sweep_linears(args.data)), backward_ratios(runs),
-                  step_over_nodes(runs), attention_passes(runs)):
+                  step_over_nodes(runs), attention_passes(runs), split_pairs(args.data)):
         print("\n".join(block), end="\n\n")
     return 0
 

@@ -57,6 +57,7 @@ def test_collect_on_cpu_writes_dataset_schema(tmp_path, shapes_file):
     assert row["Device"] == "cpu" and float(row["Latency"]) > 0
     assert float(row["Latency Fastest Mean"]) <= float(row["Latency"]) * 1.0001
     assert "bmm" in row["Kernel Name"]
+    assert row["SM Clock MHz"] == ""  # no GPU clock on the CPU
     conv = _rows(out, "conv")
     assert conv[0]["Kernel_Szie"] == "3" and (conv[0]["Groups"], conv[0]["Channels_Last"]) == (
         "1", "0")  # the 7-column row takes the defaults
@@ -244,3 +245,38 @@ def test_zoo_plan_has_attention_layout_and_masks():
     for op in MASK_OPS:  # the scores (32 heads x 512 tokens rows of 512); cast: hidden states
         want = Shape(op, (512, 4096)) if op == "cast" else Shape(op, (32 * 512, 512))
         assert want in zoo_shapes(op, llama)
+
+
+def test_resumed_file_with_an_older_header_stays_aligned(tmp_path, shapes_file):
+    """A CSV begun before the clock column keeps its header; new rows drop that column."""
+    out = tmp_path / "out"
+    assert _collect(out, shapes_file).exit_code == 0
+    path = out / "kernels" / "cpu" / "train" / "add" / "cpu.csv"
+    rows = _rows(out, "add")
+    with path.open("w", newline="") as fh:
+        old = [c for c in rows[0] if c != "SM Clock MHz"]
+        w = csv.DictWriter(fh, fieldnames=old, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert _collect(out, shapes_file, "--dtype", "fp32,bf16").exit_code == 0
+    new = _rows(out, "add")
+    assert [r["dtype"] for r in new] == ["fp32", "bf16"] and "SM Clock MHz" not in new[1]
+    assert float(new[1]["Latency"]) > 0 and new[1]["B"] == "16"
+
+
+@pytest.mark.parametrize("reading, want", [(1410.0, 1410), (RuntimeError("no NVML"), None)])
+def test_sm_clock_reading(monkeypatch, reading, want):
+    import types
+
+    import torch
+
+    from tilecast.collect.timing import sm_clock_mhz
+
+    def clock_rate(device=None):
+        if isinstance(reading, Exception):
+            raise reading
+        return reading
+
+    monkeypatch.setattr(torch.cuda, "clock_rate", clock_rate)
+    assert sm_clock_mhz(types.SimpleNamespace(type="cuda")) == want
+    assert sm_clock_mhz(torch.device("cpu")) is None

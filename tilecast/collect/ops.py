@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from .shapes import FIXED_DTYPES, MASK_OPS, Shape
-from .timing import Timing, summarize, time_callable
+from .timing import Timing, sm_clock_mhz, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
                 "bf16": torch.bfloat16}
@@ -187,13 +187,14 @@ def measure(shape: Shape, dtype: str, device, repeats: int) -> Timing:
     torch.backends.cudnn.allow_tf32 = dtype == "tf32"
     with torch.no_grad():
         times = time_callable(fn, device, repeats)
+        clock = sm_clock_mhz(device)  # before profiling: the state the timings ran in
         names, events = _profile(fn, device)
     median, fastest = summarize(times)
     main = max(events, key=lambda e: e.get("dur", 0), default={})
     args = main.get("args", {})
     grid = tuple(args.get("grid", (0, 0, 0)))
     block = tuple(args.get("block", (0, 0, 0)))
-    return Timing(median, fastest, tuple(names), main.get("name", ""), grid, block)
+    return Timing(median, fastest, tuple(names), main.get("name", ""), grid, block, clock)
 
 
 def versions(device) -> dict[str, str]:

@@ -24,7 +24,7 @@ from .timing import Timing, device_label, resolve_device, time_callable, torch_m
 BASE_COLUMNS = ("OPName", "Latency", "Device", "Torch Version", "CUDNN Version", "Kernel Name",
                 "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z", "Block x",
                 "Block y", "Block z", "CUDA Version", "Kernels")
-EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats")
+EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats", "SM Clock MHz")
 
 
 def columns(op: str) -> tuple[str, ...]:
@@ -53,7 +53,13 @@ def row_for(shape: Shape, dtype: str, device_name: str, timing: Timing, versions
         "Block x": timing.block[0], "Block y": timing.block[1], "Block z": timing.block[2],
         "Kernels": ";" + ";".join(timing.kernels), **shape.named, "dtype": dtype,
         "Latency Fastest Mean": timing.fastest_mean_ms, "Repeats": repeats,
+        "SM Clock MHz": "" if timing.sm_clock_mhz is None else timing.sm_clock_mhz,
     }
+
+
+def _header(path: Path) -> list[str]:
+    with path.open(newline="") as fh:
+        return next(csv.reader(fh), [])
 
 
 class CsvSink:
@@ -70,8 +76,10 @@ class CsvSink:
         path = self.path(op)
         path.parent.mkdir(parents=True, exist_ok=True)
         new = not path.exists()
+        # A file begun by an older tilecast keeps its header: columns it lacks are dropped.
+        fields = columns(op) if new else _header(path)
         with path.open("a", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=columns(op))
+            w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
             if new:
                 w.writeheader()
             w.writerow(row)

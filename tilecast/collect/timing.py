@@ -20,6 +20,11 @@ class Timing:
     main_kernel: str  # the longest-running one
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
+    # The SM clock right after the timed runs (NVML / AMD SMI through torch; None where they
+    # are absent): the shared sweeps record none, and their training and held-out splits ran
+    # the same shapes 1.1-1.2x apart on the P100, V100 and T4 (benchmarks/data_consistency.py,
+    # check 5), which only the clock state explains.
+    sm_clock_mhz: int | None = None
 
 
 def torch_module():
@@ -45,6 +50,17 @@ def resolve_device(spec: str):
 def device_label(device) -> str:
     torch = torch_module()
     return torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+
+
+def sm_clock_mhz(device) -> int | None:
+    """The device's current SM clock in MHz, or None (CPU, or no NVML / AMD SMI)."""
+    if device.type != "cuda":
+        return None
+    torch = torch_module()
+    try:
+        return int(torch.cuda.clock_rate(device))
+    except Exception:  # pynvml / amdsmi missing or unsupported (untyped errors): no reading
+        return None
 
 
 def summarize(times_ms: list[float]) -> tuple[float, float]:
