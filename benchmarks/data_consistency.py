@@ -18,9 +18,10 @@
    by dY); a training step's dropout backward is one 2.25-pass kernel.
 5. The sweep's two splits on near-identical shapes: for each held-out (eval) GEMM of at least
    1 GFLOP, the training row of the same op and GPU whose B, M, N and K all lie within 10 %;
-   eval TFLOP/s / train TFLOP/s, median and quartiles. The held-out shapes are round (model
-   dims, multiples of 128), the training shapes random; within each split roundness is worth
-   0-6 %, so a larger ratio is the state the GPU was measured in (clocks), not the shape.
+   eval TFLOP/s / train TFLOP/s, median and quartiles; the same for elementwise ops of at
+   least 100 MB (rows, cols; GB/s). The held-out shapes are round (model dims, multiples of
+   128), the training shapes random; within each split roundness is worth 0-6 %, and the
+   memory-bound elementwise rows, which do not run at the SM clock, agree across splits.
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -167,6 +168,21 @@ def attention_passes(runs) -> list[str]:
     return lines
 
 
+def _split_ratios(s, sel, dims, speed) -> list[float]:
+    """Held-out speed / speed of the nearest training row of the same op (every dim within
+    10 %), for the held-out rows of ``sel`` that have one."""
+    import numpy as np
+
+    out = []
+    for op in sorted(set(s.op[sel].tolist())):
+        tr, ev = (np.nonzero(sel & (s.op == op) & (s.split == sp))[0] for sp in ("train", "eval"))
+        for j in ev if len(tr) else ():
+            gap = np.abs(dims[tr] - dims[j]).max(axis=1)
+            if gap.min() < np.log(1.1):
+                out.append(speed[j] / speed[tr[gap.argmin()]])
+    return out
+
+
 def split_pairs(data: Path) -> list[str]:
     import numpy as np
 
@@ -174,23 +190,23 @@ def split_pairs(data: Path) -> list[str]:
 
     s = KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")
                               for vendor in ("nvidia", "amd")])
-    dims = np.log(np.stack([s.b, s.m, s.n, s.k], 1).astype(float).clip(1))
-    tflops = s.flops / s.latency_ms / 1e9
-    lines = ["5. Same GEMM class, held-out split / training split: TFLOP/s of near-identical "
-             "shapes (every dim within 10 %)",
+    gemm = np.log(np.stack([s.b, s.m, s.n, s.k], 1).astype(float).clip(1))
+    rows = np.log(np.stack([s.rows, s.cols], 1).astype(float).clip(1))
+    # (label, rows, dims, speed): GEMMs of >= 1 GFLOP by FLOP rate (compute-bound: they run
+    # at the SM clock), elementwise ops of >= 100 MB by byte rate (memory-bound: they do not)
+    kinds = (("linear", (s.op == "linear") & (s.flops >= 1e9), gemm, s.flops / s.latency_ms),
+             ("bmm", (s.op == "bmm") & (s.flops >= 1e9), gemm, s.flops / s.latency_ms),
+             ("ew", (s.family == "elementwise") & (s.bytes >= 1e8), rows,
+              s.bytes / s.latency_ms))
+    lines = ["5. The sweep's held-out split / its training split: speed of near-identical "
+             "shapes (same op, every dim within 10 %)",
              f"{'gpu':26s} {'op':7s} pairs  median    q25    q75"]
     for dev in sorted(set(s.device.tolist())):
-        for op in ("linear", "bmm"):
-            sel = (s.device == dev) & (s.op == op) & (s.flops >= 1e9)
-            tr, ev = (np.nonzero(sel & (s.split == sp))[0] for sp in ("train", "eval"))
-            ratios = []
-            for j in ev if len(tr) else ():
-                gap = np.abs(dims[tr] - dims[j]).max(axis=1)
-                if gap.min() < np.log(1.1):
-                    ratios.append(tflops[j] / tflops[tr[gap.argmin()]])
+        for label, sel, dims, speed in kinds:
+            ratios = _split_ratios(s, sel & (s.device == dev), dims, speed)
             if ratios:
                 q25, q50, q75 = np.percentile(ratios, [25, 50, 75])
-                lines.append(f"{dev:26s} {op:7s} {len(ratios):5d}  {q50:6.2f}  {q25:5.2f}  "
+                lines.append(f"{dev:26s} {label:7s} {len(ratios):5d}  {q50:6.2f}  {q25:5.2f}  "
                              f"{q75:5.2f}")
     return lines
 

@@ -22,8 +22,8 @@ class Timing:
     block: tuple[int, int, int]
     # The SM clock right after the timed runs (NVML / AMD SMI through torch; None where they
     # are absent): the shared sweeps record none, and their training and held-out splits ran
-    # the same shapes 1.1-1.2x apart on the P100, V100 and T4 (benchmarks/data_consistency.py,
-    # check 5), which only the clock state explains.
+    # the same GEMMs 1.1-1.2x apart on the P100, V100 and T4 while their memory-bound rows
+    # agree (benchmarks/data_consistency.py, check 5), which a clock difference would explain.
     sm_clock_mhz: int | None = None
 
 
