@@ -270,7 +270,9 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
 
     Times each op with CUDA events after warm-up (median and mean of the fastest runs),
     records kernel names and grids with the torch profiler, and appends rows to CSVs in the
-    shared dataset's schema plus a dtype column. Interrupt and rerun: done rows are skipped.
+    shared dataset's schema plus dtype and SM clock columns. Beyond the shared ops it
+    measures attention's Q K^T as eager PyTorch runs it (bmmt), broadcast masks (addb,
+    whereb, maxt), bool and, and casts. Interrupt and rerun: done rows are skipped.
 
     \b
     Example:
