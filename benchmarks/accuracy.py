@@ -25,7 +25,8 @@ def _overall(res) -> list[str]:
     for mode in ("inference", "training"):
         for variant in ("plain", "fusion"):
             runs = [r for r in res.runs if r.mode == mode and r.variant == variant
-                    and r.gpu.startswith(("NVIDIA", "Tesla"))]
+                    and r.gpu.startswith(("NVIDIA", "Tesla"))
+                    and (r.dtype, r.runtime) == ("float32", "eager")]  # the paper's cells
             if not runs:
                 continue
             paper = [r for r in runs if r.paper_error_pct is not None]
@@ -44,7 +45,8 @@ KEEP = "## Per-family diagnosis"
 
 def _distributed(res) -> list[str]:
     """The 4-GPU Megatron-LM runs (tilecast.parallel) beside NeuSight's distributed errors."""
-    runs = [r for r in res.runs if r.variant not in ("plain", "fusion")]
+    runs = [r for r in res.runs if r.variant not in ("plain", "fusion")
+            and (r.dtype, r.runtime) == ("float32", "eager")]
     if not runs:
         return []
     lines = ["## Multi-GPU training (4 GPUs: data, tensor, pipeline parallel)", "",

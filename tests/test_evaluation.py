@@ -150,3 +150,71 @@ def test_multi_gpu_labels_hold_their_documented_error(dataset_dir):
     paper = sum(r.paper_error_pct for r in runs) / len(runs)
     assert paper == pytest.approx(7.7, abs=0.05)
     assert ours < 12.0, [(r.gpu, r.model, r.batch, r.variant, r.error_pct) for r in runs]
+
+
+def test_labels_carry_their_dtype_and_runtime(tmp_path):
+    """A label measured in bf16 under CUDA graphs says so in its JSON (default: NeuSight's
+    fp32 eager); other values are skipped with the reason."""
+    labels, models = tmp_path / "labels", tmp_path / "models"
+    models.mkdir()
+    (models / "gpt2_large.json").write_text('{"model_type": "gpt2"}')
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4.json", {"e2e_latency": 9.0})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-8.json",
+           {"e2e_latency": 9.0, "dtype": "bfloat16", "runtime": "graph"})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-16.json",
+           {"e2e_latency": 9.0, "dtype": "int8"})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-32.json",
+           {"e2e_latency": 9.0, "runtime": "xla"})
+    found, skipped = discover_labels(labels, models)
+    assert [(lb.batch, lb.dtype, lb.runtime) for lb in found] == [
+        (4, "float32", "eager"), (8, "bfloat16", "graph")]
+    reasons = sorted(s.reason for s in skipped)
+    assert reasons[0].startswith("dtype must be one of float32, float16, bfloat16, got 'int8'")
+    assert reasons[1].startswith("runtime must be one of eager, graph, got 'xla'")
+
+
+def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeypatch):
+    import onnx.parser
+
+    import tilecast.exporters
+    from tilecast import analyze
+    from tilecast.device_db import load_device
+    from tilecast.evaluation import runner
+    from tilecast.evaluation.labels import Label
+
+    graph = tmp_path / "tiny.onnx"
+    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float16[8, 64] x, float16[64, 64] w) => (float16[8, 64] y) {
+            h = MatMul(x, w)
+            y = Relu(h)
+        }"""), graph)
+    asked = {}
+
+    def fake_export(config, *, output, **kw):
+        asked.update(kw, output=Path(output).name)
+        Path(output).write_bytes(graph.read_bytes())
+
+    monkeypatch.setattr(tilecast.exporters, "export_model", fake_export)
+    config = tmp_path / "tiny.json"
+    config.write_text('{"model_type": "gpt2"}')
+    label = Label(tmp_path / "x.json", "NVIDIA_L4", load_device("l4"), "tiny", config,
+                  "inference", 64, 8, "plain", 1.0, "bfloat16", "graph")
+    f = runner.forecast_label(label, "roofline", tmp_path / "cache")
+    assert asked["dtype"] == "bfloat16" and "-bfloat16-" in asked["output"]
+    assert f.total_ms == analyze(graph, "l4", predictor="roofline", runtime="graph").total_ms
+    assert f.total_ms != analyze(graph, "l4", predictor="roofline").total_ms  # not eager
+
+
+def test_summary_and_table_keep_dtypes_and_runtimes_apart():
+    from tilecast.evaluation.report import render_table
+    from tilecast.evaluation.runner import EvalResult
+
+    fp32 = Run("NVIDIA_L4", "m", "inference", 1, 8, "plain", 10.0, 11.0, 10.0, 20.0)
+    bf16 = Run("NVIDIA_L4", "m", "inference", 2, 8, "plain", 10.0, 13.0, 30.0, None,
+               "bfloat16", "graph")
+    summary = _summaries([fp32, bf16])
+    assert [(s.dtype, s.runtime, s.mape_pct) for s in summary] == [
+        ("bfloat16", "graph", 30.0), ("float32", "eager", 10.0)]
+    table = render_table(EvalResult((fp32, bf16), summary, (), "roofline"))
+    assert "dtype" in table and "bfloat16  graph" in table
+    assert "dtype" not in render_table(EvalResult((fp32,), _summaries([fp32]), (), "roofline"))

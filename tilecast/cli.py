@@ -170,7 +170,9 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
              fmt: str, output: str | None) -> None:
     """Compare forecasts with measured end-to-end latencies, beside the paper's errors.
 
-    LABELS_DIR holds <GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json files.
+    LABELS_DIR holds <GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json files:
+    e2e_latency (ms), and optionally the dtype (float32, float16, bfloat16) and runtime
+    (eager, graph) the run was measured in; the forecast uses them.
 
     \b
     Example:

@@ -1,7 +1,10 @@
 """Find and validate measured-latency label files.
 
 Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion|-dp4|-tp4|-pp4_1].json``
-holding ``e2e_latency`` in ms. Anything else is reported as skipped with the reason, never dropped.
+holding ``e2e_latency`` in ms, and optionally the ``dtype`` the model ran in (``float32``, the
+default and all of NeuSight's; ``float16``, ``bfloat16``) and the ``runtime`` (``eager``, the
+default; ``graph``: CUDA graphs), which the forecast then uses. Anything else is reported as
+skipped with the reason, never dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analyzer.runtime import RUNTIMES
 from ..device_db import Device, load_device
 from ..errors import DeviceError
 
@@ -19,6 +23,7 @@ NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\
                   r"(?P<suffix>-[A-Za-z0-9_]+)?\.json$")
 MODES = {"inf": "inference", "train": "training"}
 LAYOUT = "LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion].json with e2e_latency"
+LABEL_DTYPES = ("float32", "float16", "bfloat16")  # what the exporters build a model in
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,8 @@ class Label:
     batch: int
     variant: str  # plain | fusion | a multi-GPU layout (dp4, tp4, pp4_1)
     measured_ms: float
+    dtype: str = "float32"  # the JSON's "dtype": what the measured model ran in
+    runtime: str = "eager"  # the JSON's "runtime": eager | graph (CUDA graphs)
 
 
 @dataclass(frozen=True)
@@ -41,7 +48,8 @@ class Skipped:
     reason: str
 
 
-def _measured(path: Path) -> float:
+def _measured(path: Path) -> tuple[float, str, str]:
+    """(e2e_latency ms, dtype, runtime) of one label JSON."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -51,7 +59,12 @@ def _measured(path: Path) -> float:
         raise ValueError("missing or non-numeric e2e_latency")
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"e2e_latency must be a positive number, got {value}")
-    return float(value)
+    dtype, runtime = data.get("dtype", "float32"), data.get("runtime", "eager")
+    if dtype not in LABEL_DTYPES:
+        raise ValueError(f"dtype must be one of {', '.join(LABEL_DTYPES)}, got {dtype!r}")
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    return float(value), dtype, runtime
 
 
 # The passes a training label may also record (NeuSight's JSONs): the forward, and the
@@ -90,9 +103,9 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     config = models / f"{stem}.json"
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")
+    ms, dtype, runtime = _measured(path)
     return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
-                 int(m["seq"]), int(m["batch"]), variant,
-                 _measured(path))
+                 int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime)
 
 
 def discover_labels(root: Path, models: Path, gpus: tuple[str, ...] = (),

@@ -9,15 +9,24 @@ def _opt(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
 
+def _setting(x) -> list[str]:
+    return [x.dtype, x.runtime]
+
+
 def render_table(res: EvalResult, markdown: bool = False) -> str:
-    head = ["gpu", "model", "mode", "batch", "seq", "variant", "measured_ms", "predicted_ms",
-            "error_pct", "paper_error_pct"]
+    # dtype and runtime columns only where a label sets them (NeuSight's are all fp32 eager)
+    extra = any((r.dtype, r.runtime) != ("float32", "eager") for r in res.runs)
+    cols = ["dtype", "runtime"] if extra else []
+    head = ["gpu", "model", "mode", "batch", "seq", "variant", *cols, "measured_ms",
+            "predicted_ms", "error_pct", "paper_error_pct"]
     rows = [[r.gpu, r.model, r.mode, str(r.batch), str(r.seq), r.variant,
-             f"{r.measured_ms:.1f}", f"{r.predicted_ms:.1f}", f"{r.error_pct:.1f}",
-             _opt(r.paper_error_pct)] for r in res.runs]
-    shead = ["gpu", "mode", "variant", "n", "tilecast_mape_pct", "paper_mape_pct", "n_paper"]
-    srows = [[s.gpu, s.mode, s.variant, str(s.n), f"{s.mape_pct:.1f}",
-              _opt(s.paper_mape_pct), str(s.n_paper)] for s in res.summary]
+             *(_setting(r) if extra else []), f"{r.measured_ms:.1f}", f"{r.predicted_ms:.1f}",
+             f"{r.error_pct:.1f}", _opt(r.paper_error_pct)] for r in res.runs]
+    shead = ["gpu", "mode", "variant", *cols, "n", "tilecast_mape_pct", "paper_mape_pct",
+             "n_paper"]
+    srows = [[s.gpu, s.mode, s.variant, *(_setting(s) if extra else []), str(s.n),
+              f"{s.mape_pct:.1f}", _opt(s.paper_mape_pct), str(s.n_paper)]
+             for s in res.summary]
     out = [f"predictor: {res.predictor}", "", *_grid(head, rows, markdown), "",
            *_grid(shead, srows, markdown)]
     if res.skipped:

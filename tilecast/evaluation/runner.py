@@ -42,6 +42,8 @@ class Run:
     predicted_ms: float
     error_pct: float  # |predicted - measured| / measured, percent
     paper_error_pct: float | None
+    dtype: str = "float32"  # the label's: what the run measured and the forecast assumed
+    runtime: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ class Summary:
     mape_pct: float
     paper_mape_pct: float | None  # over the cells of this row the paper reports
     n_paper: int = 0  # how many of the n cells have a published error
+    dtype: str = "float32"
+    runtime: str = "eager"
 
 
 @dataclass(frozen=True)
@@ -96,14 +100,14 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None, *
     depth = f"-L{layers}" if layers else ""
     attn = attention_for(label.config)
     program = "" if attn == "eager" else f"-{attn}"
-    path = cache / (f"{label.model}-{digest}-{task}-b{batch}-s{label.seq}-float32-"
+    path = cache / (f"{label.model}-{digest}-{task}-b{batch}-s{label.seq}-{label.dtype}-"
                     f"{trace}{depth}{program}.onnx")
     if not path.is_file():
         if progress:
             progress(f"exporting {label.model} ({task}, batch {batch}, seq {label.seq})")
         cache.mkdir(parents=True, exist_ok=True)
         export_model(str(label.config), batch=batch, seq=label.seq, task=task,
-                     dtype="float32", attn=attn, output=path, layers=layers,
+                     dtype=label.dtype, attn=attn, output=path, layers=layers,
                      train_mode=label.mode == "training")
     return path
 
@@ -111,10 +115,10 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None, *
 def forecast_label(label: Label, predictor: Predictor, cache: Path,
                    progress: Progress | None = None) -> Forecast:
     """The forecast of a single-GPU (plain or fusion) label's run: its model exported (cached)
-    at the label's shape."""
+    at the label's shape and dtype, forecast under the label's runtime."""
     path = cached_export(label, cache, progress)
     return analyze(path, label.device, mode=label.mode, fusion=label.variant == "fusion",
-                   predictor=predictor)
+                   predictor=predictor, runtime=label.runtime)
 
 
 def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
@@ -133,21 +137,22 @@ def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
     # no-op under Megatron-LM), so the forecast does too.
     f = analyze_parallel(path, layout, cluster=cluster_for_device(label.device),
                          predictor=pred, optimizer="adam", clip_grad=d.clip_grad,
-                         layers=config_layers(label.config), fusion=d.fusion)
+                         layers=config_layers(label.config), fusion=d.fusion,
+                         runtime=label.runtime)
     return f.step_ms
 
 
 def _summaries(runs: list[Run]) -> tuple[Summary, ...]:
-    groups: dict[tuple[str, str, str], list[Run]] = defaultdict(list)
+    groups: dict[tuple[str, str, str, str, str], list[Run]] = defaultdict(list)
     for r in runs:
-        groups[(r.gpu, r.mode, r.variant)].append(r)
+        groups[(r.gpu, r.mode, r.variant, r.dtype, r.runtime)].append(r)
     out = []
-    for (gpu, mode, variant), rs in sorted(groups.items()):
+    for (gpu, mode, variant, dtype, runtime), rs in sorted(groups.items()):
         paper = [r for r in rs if r.paper_error_pct is not None]
         out.append(Summary(
             gpu, mode, variant, len(rs), round(sum(r.error_pct for r in rs) / len(rs), 2),
             round(sum(r.paper_error_pct for r in paper) / len(paper), 2) if paper else None,
-            len(paper)))
+            len(paper), dtype, runtime))
     return tuple(out)
 
 
@@ -176,8 +181,11 @@ def evaluate(labels_dir: Path, *, models_dir: Path | None = None,
             progress(f"[{i}/{len(labels)}] {label.gpu} {label.file.name}")
         total_ms = _forecast_ms(label, models_dir, pred, cache, progress)
         err = abs(total_ms - label.measured_ms) / label.measured_ms * 100
+        # NeuSight's published errors are for its fp32 eager runs only
         key = (label.gpu, label.model, label.mode, label.batch, label.variant)
+        published = paper.get(key) if (label.dtype, label.runtime) == ("float32", "eager") \
+            else None
         runs.append(Run(label.gpu, label.model, label.mode, label.batch, label.seq,
                         label.variant, round(label.measured_ms, 4), round(total_ms, 4),
-                        round(err, 2), paper.get(key)))
+                        round(err, 2), published, label.dtype, label.runtime))
     return EvalResult(tuple(runs), _summaries(runs), tuple(skipped), pred.name)
