@@ -15,6 +15,7 @@ import click
 from . import __version__
 from .analyzer.runtime import RUNTIMES
 from .cli_catalog import clusters, devices
+from .cli_collect import collect_labels
 from .cli_options import (
     TilecastGroup,
     fail,
@@ -41,6 +42,7 @@ def main() -> None:
 
 main.add_command(devices)
 main.add_command(clusters)
+main.add_command(collect_labels)
 
 
 @main.command()

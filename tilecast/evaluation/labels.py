@@ -3,8 +3,9 @@
 Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion|-dp4|-tp4|-pp4_1].json``
 holding ``e2e_latency`` in ms, and optionally the ``dtype`` the model ran in (``float32``, the
 default and all of NeuSight's; ``float16``, ``bfloat16``) and the ``runtime`` (``eager``, the
-default; ``graph``: CUDA graphs), which the forecast then uses. Anything else is reported as
-skipped with the reason, never dropped.
+default; ``graph``: CUDA graphs), the model ``task`` it was built for and its ``attn``
+(eager, sdpa; ``tilecast collect-labels`` writes all four), which the forecast then uses.
+Anything else is reported as skipped with the reason, never dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pathlib import Path
 from ..analyzer.runtime import RUNTIMES
 from ..device_db import Device, load_device
 from ..errors import DeviceError
+from ..exporters.hf import ATTNS, TASK_AUTO_CLASSES
 
 NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)"
                   r"(?P<suffix>-[A-Za-z0-9_]+)?\.json$")
@@ -40,6 +42,8 @@ class Label:
     measured_ms: float
     dtype: str = "float32"  # the JSON's "dtype": what the measured model ran in
     runtime: str = "eager"  # the JSON's "runtime": eager | graph (CUDA graphs)
+    task: str | None = None  # the JSON's "task" (exporter task); None: by model type
+    attn: str | None = None  # the JSON's "attn"; None: what NeuSight's runs recorded
 
 
 @dataclass(frozen=True)
@@ -48,8 +52,8 @@ class Skipped:
     reason: str
 
 
-def _measured(path: Path) -> tuple[float, str, str]:
-    """(e2e_latency ms, dtype, runtime) of one label JSON."""
+def _measured(path: Path) -> tuple[float, str, str, str | None, str | None]:
+    """(e2e_latency ms, dtype, runtime, task, attn) of one label JSON."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -64,7 +68,12 @@ def _measured(path: Path) -> tuple[float, str, str]:
         raise ValueError(f"dtype must be one of {', '.join(LABEL_DTYPES)}, got {dtype!r}")
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
-    return float(value), dtype, runtime
+    task, attn = data.get("task"), data.get("attn")
+    if task is not None and task not in TASK_AUTO_CLASSES:
+        raise ValueError(f"task must be one of {', '.join(TASK_AUTO_CLASSES)}, got {task!r}")
+    if attn is not None and attn not in ATTNS:
+        raise ValueError(f"attn must be one of {', '.join(ATTNS)}, got {attn!r}")
+    return float(value), dtype, runtime, task, attn
 
 
 # The passes a training label may also record (NeuSight's JSONs): the forward, and the
@@ -103,9 +112,9 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     config = models / f"{stem}.json"
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")
-    ms, dtype, runtime = _measured(path)
+    ms, dtype, runtime, task, attn = _measured(path)
     return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
-                 int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime)
+                 int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime, task, attn)
 
 
 def discover_labels(root: Path, models: Path, gpus: tuple[str, ...] = (),

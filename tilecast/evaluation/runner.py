@@ -94,11 +94,11 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None, *
     from ..exporters import export_model
 
     batch = batch or label.batch
-    task = task_for(label.config, label.mode)
+    task = label.task or task_for(label.config, label.mode)
     digest = hashlib.sha256(label.config.read_bytes()).hexdigest()[:12]
     trace = "train" if label.mode == "training" else "eval"
     depth = f"-L{layers}" if layers else ""
-    attn = attention_for(label.config)
+    attn = label.attn or attention_for(label.config)
     program = "" if attn == "eager" else f"-{attn}"
     path = cache / (f"{label.model}-{digest}-{task}-b{batch}-s{label.seq}-{label.dtype}-"
                     f"{trace}{depth}{program}.onnx")

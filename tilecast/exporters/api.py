@@ -132,9 +132,9 @@ def _is_image(config: Mapping[str, Any]) -> bool:
 
 
 def _build(source: _Source, *, batch: int, seq: int | None, task: str, dtype: str, attn: str,
-           layers: int | None) -> tuple[Any, dict[str, Any], str]:
-    """(meta module, example inputs, resolved task) for a HF config or a tilecast image model
-    (``IMAGE_TYPES``)."""
+           layers: int | None, device: str = "meta") -> tuple[Any, dict[str, Any], str]:
+    """(module, example inputs, resolved task) for a HF config or a tilecast image model
+    (``IMAGE_TYPES``), on the meta device (exporting) or a real one (``collect.labels``)."""
     image = IMAGE_TYPES.get(source.config.get("model_type", ""))
     if image is not None:
         if task not in ("auto", "image-classification"):
@@ -146,12 +146,13 @@ def _build(source: _Source, *, batch: int, seq: int | None, task: str, dtype: st
         import importlib
 
         builder = importlib.import_module(f".{image}", __package__)
-        module, inputs = builder.build(source.config, dtype=dtype, batch=batch, layers=layers)
+        module, inputs = builder.build(source.config, dtype=dtype, batch=batch, layers=layers,
+                                       device=device)
         return module, inputs, "image-classification"
     from .hf import prepare
 
     prepared = prepare(source.config, batch=batch, seq=seq or 1, task=task, dtype=dtype,
-                       attn=attn, layers=layers)
+                       attn=attn, layers=layers, device=device)
     return prepared.module, dict(prepared.inputs), prepared.task
 
 

@@ -87,8 +87,9 @@ def from_hf_config(config: str | Path | Mapping[str, Any], *, batch: int, seq: i
 
 def prepare(config: Mapping[str, Any], *, batch: int, seq: int, task: str = "auto",
             dtype: str = "float32", attn: str = "eager", layers: int | None = None,
-            ) -> Prepared:
-    """Validate, build the meta-device model, and make its example inputs."""
+            device: str = "meta") -> Prepared:
+    """Validate, build the model on ``device`` (meta: shapes only, for exporting; a real
+    device to run it: ``collect.labels``), and make its example inputs there."""
     check_options(batch=batch, seq=seq, task=task, dtype=dtype, attn=attn, layers=layers)
     _check_sizes(config)
     data = with_layers(dict(config), layers) if layers is not None else dict(config)
@@ -99,8 +100,9 @@ def prepare(config: Mapping[str, Any], *, batch: int, seq: int, task: str = "aut
         _register_with_transformers(attn, transformers)
     cfg = build_config(data, transformers)
     task, auto = resolve_task(cfg, task, transformers)
-    module = build_model(auto, cfg, dtype=dtype, attn=attn, torch=torch)
-    inputs = example_inputs(module, cfg, task, batch=batch, seq=seq, torch=torch)
+    module = build_model(auto, cfg, dtype=dtype, attn=attn, torch=torch, device=device)
+    inputs = example_inputs(module, cfg, task, batch=batch, seq=seq, torch=torch,
+                            device=device)
     return Prepared(module, inputs, task, type(module).__name__)
 
 
@@ -208,14 +210,16 @@ def resolve_task(cfg: Any, task: str, transformers: Any) -> tuple[str, Any]:
     return task, getattr(transformers, TASK_AUTO_CLASSES[task])
 
 
-def build_model(auto: Any, cfg: Any, *, dtype: str, attn: str, torch: Any) -> Any:
-    """Instantiate the task's model on the meta device: shapes and dtypes, no weight memory."""
+def build_model(auto: Any, cfg: Any, *, dtype: str, attn: str, torch: Any,
+                device: str = "meta") -> Any:
+    """Instantiate the task's model on ``device``: on meta, shapes and dtypes without weight
+    memory; elsewhere with transformers' random initialization."""
     from .moe import make_static
 
     if auto.__name__ == "AutoModelForSequenceClassification" and cfg.pad_token_id is None:
         cfg.pad_token_id = cfg.eos_token_id if cfg.eos_token_id is not None else 0
     try:
-        with torch.device("meta"), _quiet_transformers():
+        with torch.device(device), _quiet_transformers():
             model = auto.from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype))
     except (ValueError, TypeError, AttributeError, KeyError, ImportError) as exc:
         raise ExportError(f"transformers cannot build a {cfg.model_type} model for this config "
@@ -225,21 +229,22 @@ def build_model(auto: Any, cfg: Any, *, dtype: str, attn: str, torch: Any) -> An
 
 
 def example_inputs(module: Any, cfg: Any, task: str, *, batch: int, seq: int, torch: Any,
-                   ) -> dict[str, Any]:
-    """Meta-device inputs: token ids (and masks) for text, pixel_values for images."""
+                   device: str = "meta") -> dict[str, Any]:
+    """Inputs on ``device``: token ids 0 (and all-ones masks) for text, zero pixel_values for
+    images."""
     if getattr(module, "main_input_name", "input_ids") == "pixel_values":
         size, channels = cfg.image_size, getattr(cfg, "num_channels", 3)
         dtype = next(module.parameters()).dtype
         return {"pixel_values": torch.zeros(batch, channels, size, size, dtype=dtype,
-                                            device="meta")}
+                                            device=device)}
     _check_positions(cfg, seq)
     params = inspect.signature(module.forward).parameters
-    ids = torch.zeros(batch, seq, dtype=torch.int64, device="meta")
+    ids = torch.zeros(batch, seq, dtype=torch.int64, device=device)
     inputs = {"input_ids": ids}
     if task != "causal-lm" and "attention_mask" in params:
-        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64, device="meta")
+        inputs["attention_mask"] = torch.ones(batch, seq, dtype=torch.int64, device=device)
     if getattr(cfg, "is_encoder_decoder", False) and "decoder_input_ids" in params:
-        inputs["decoder_input_ids"] = torch.zeros(batch, seq, dtype=torch.int64, device="meta")
+        inputs["decoder_input_ids"] = torch.zeros(batch, seq, dtype=torch.int64, device=device)
     return inputs
 
 

@@ -111,17 +111,18 @@ class MobileNetV3(nn.Module):
         return self.classifier(torch.flatten(self.pool(self.features(pixel_values)), 1))
 
 
-def build(config: Mapping[str, Any], *, dtype: str, batch: int,
-          layers: int | None = None) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    """A meta-device MobileNetV3 and its pixel_values input (batch, channels, size, size).
-    ``layers`` keeps the first that many bottlenecks (the stem and head stay)."""
+def build(config: Mapping[str, Any], *, dtype: str, batch: int, layers: int | None = None,
+          device: str = "meta") -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """A MobileNetV3 on ``device`` (meta: shapes only) and its pixel_values input (batch,
+    channels, size, size). ``layers`` keeps the first that many bottlenecks (the stem and head
+    stay)."""
     cfg = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
     blocks = list(cfg["blocks"])[:layers] if layers is not None else list(cfg["blocks"])
-    with torch.device("meta"):
+    with torch.device(device):
         model = MobileNetV3(blocks, cfg["stem_channels"], cfg["last_channels"],
                             cfg["classifier_hidden"], cfg["num_classes"],
                             cfg["num_channels"]).to(getattr(torch, dtype))
     size, channels = cfg["image_size"], cfg["num_channels"]
     pixels = torch.zeros(batch, channels, size, size, dtype=getattr(torch, dtype),
-                         device="meta")
+                         device=device)
     return model.eval(), {"pixel_values": pixels}

@@ -71,16 +71,17 @@ class ResNet(nn.Module):
         return self.fc(torch.flatten(self.avgpool(x), 1))
 
 
-def build(config: Mapping[str, Any], *, dtype: str, batch: int,
-          layers: int | None = None) -> tuple[nn.Module, dict[str, torch.Tensor]]:
-    """A meta-device ResNet and its pixel_values input (batch, channels, size, size)."""
+def build(config: Mapping[str, Any], *, dtype: str, batch: int, layers: int | None = None,
+          device: str = "meta") -> tuple[nn.Module, dict[str, torch.Tensor]]:
+    """A ResNet on ``device`` (meta: shapes only) and its pixel_values input (batch, channels,
+    size, size)."""
     cfg = {**DEFAULTS, **{k: v for k, v in config.items() if k in DEFAULTS}}
     if layers is not None:  # depth override: the same number of blocks in every stage
         cfg["block_counts"] = [layers] * len(cfg["block_counts"])
-    with torch.device("meta"):
+    with torch.device(device):
         model = ResNet(list(cfg["block_counts"]), cfg["base_width"], cfg["expansion"],
                        cfg["num_classes"], cfg["num_channels"]).to(getattr(torch, dtype))
     size, channels = cfg["image_size"], cfg["num_channels"]
     pixels = torch.zeros(batch, channels, size, size, dtype=getattr(torch, dtype),
-                         device="meta")
+                         device=device)
     return model.eval(), {"pixel_values": pixels}
