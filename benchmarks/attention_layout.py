@@ -14,7 +14,6 @@ the transposed product is not, the gap is the layout, which no training row hold
 
 from __future__ import annotations
 
-import argparse
 import ast
 import math
 import sys
@@ -25,7 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from data_consistency import DEFAULT_DATA, labelled_runs  # noqa: E402
+from data_consistency import labelled_runs, parse_data_args  # noqa: E402
 
 from tilecast.analyzer.types import Kernel, MatmulDims, OpCost  # noqa: E402
 from tilecast.learned.predictor import OnnxPredictor  # noqa: E402
@@ -60,10 +59,10 @@ def _gmean(pairs: list[tuple[float, float]]) -> str:
     return f"{len(pairs):4d} {g:7.2f}"
 
 
-def label_products(data: Path, pred: OnnxPredictor) -> dict[tuple[str, str], list]:
+def label_products(runs, pred: OnnxPredictor) -> dict[tuple[str, str], list]:
     """(gpu, "qk" | "pv") -> [(forecast ms, measured ms)] over the inference labels."""
     out: dict[tuple[str, str], list] = defaultdict(list)
-    for label, nodes in labelled_runs(data):
+    for label, nodes in runs:
         if label.mode != "inference":
             continue
         found = [(p, n.forward_ms) for n in nodes if n.target == "matmul" and n.forward_ms > 0
@@ -78,33 +77,26 @@ def label_products(data: Path, pred: OnnxPredictor) -> dict[tuple[str, str], lis
 def sweep_like_qk(data: Path, pred: OnnxPredictor) -> dict[str, list]:
     """Device name -> [(forecast, measured)] of the sweep's bmm rows shaped like Q K^T."""
     from tilecast.learned.dataset import KernelSamples, load_kernels
+    from tilecast.learned.evaluate import predict_by_device
     from tilecast.learned.prepare import default_lookup
 
-    out: dict[str, list] = {}
-    for vendor in ("nvidia", "amd"):
-        s = KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")])
-        s = s.select((s.op == "bmm") & (s.k <= SMALL_K) & (s.m >= 512) & (s.n >= 512))
-        for dev in sorted(set(s.device.tolist())):
-            idx = [i for i in range(len(s)) if s.device[i] == dev]
-            dims = [MatmulDims(int(s.b[i]), int(s.m[i]), int(s.n[i]), int(s.k[i]), batched=True)
-                    for i in idx]
-            device = default_lookup(dev)
-            preds = pred.predict([_kernel(j, d) for j, d in enumerate(dims)], device)
-            out[device.name] = [(p.latency_ms, float(s.latency_ms[i]))
-                                for p, i in zip(preds, idx, strict=True)]
+    s = KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")
+                              for vendor in ("nvidia", "amd")])
+    s = s.select((s.op == "bmm") & (s.k <= SMALL_K) & (s.m >= 512) & (s.n >= 512))
+    forecast = predict_by_device(pred, s)
+    out: dict[str, list] = defaultdict(list)
+    for i, dev in enumerate(s.device.tolist()):
+        out[default_lookup(dev).name].append((float(forecast[i]), float(s.latency_ms[i])))
     return out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    args = ap.parse_args()
-    if not (args.data / "labels").is_dir():
-        print(f"Error: no shared dataset at {args.data} (labels/ missing)", file=sys.stderr)
+    data = parse_data_args(__doc__)
+    if data is None:
         return 2
-    pred = OnnxPredictor()
-    labels, sweep = label_products(args.data, pred), sweep_like_qk(args.data, pred)
-    names = {label.gpu: label.device.name for label, _ in labelled_runs(args.data)}
+    pred, runs = OnnxPredictor(), labelled_runs(data)
+    labels, sweep = label_products(runs, pred), sweep_like_qk(data, pred)
+    names = {label.gpu: label.device.name for label, _ in runs}
     print("forecast / measured, geometric mean (n, ratio)")
     print(f"{'gpu':26s} {'Q K^T (labels)':>14s} {'P V (labels)':>14s} {'sweep nn like QK':>18s}")
     for gpu in sorted({g for g, _ in labels}):

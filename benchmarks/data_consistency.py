@@ -211,16 +211,25 @@ def split_pairs(data: Path) -> list[str]:
     return lines
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_data_args(doc: str | None) -> Path | None:
+    """The ``--data`` folder of a shared-dataset benchmark, or None after one ``Error:`` line
+    when it holds no labels."""
+    ap = argparse.ArgumentParser(description=(doc or "").split("\n")[0])
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
-    args = ap.parse_args()
-    if not (args.data / "labels").is_dir():
-        print(f"Error: no shared dataset at {args.data} (labels/ missing)", file=sys.stderr)
+    data = ap.parse_args().data
+    if not (data / "labels").is_dir():
+        print(f"Error: no shared dataset at {data} (labels/ missing)", file=sys.stderr)
+        return None
+    return data
+
+
+def main() -> int:
+    data = parse_data_args(__doc__)
+    if data is None:
         return 2
-    runs = labelled_runs(args.data)
-    for block in (same_gemm(runs, sweep_linears(args.data)), backward_ratios(runs),
-                  step_over_nodes(runs), attention_passes(runs), split_pairs(args.data)):
+    runs = labelled_runs(data)
+    for block in (same_gemm(runs, sweep_linears(data)), backward_ratios(runs),
+                  step_over_nodes(runs), attention_passes(runs), split_pairs(data)):
         print("\n".join(block), end="\n\n")
     return 0
 

@@ -111,30 +111,29 @@ def _median(fn: Callable[[], Any], device, repeats: int) -> float:
     return statistics.median(time_callable(fn, device, repeats, warmup=5, warmup_s=0.2))
 
 
-def collect_label(model: str, out: Path, *, batch: int, seq: int | None, dtype: str = "bf16",
+def collect_label(model: str, out: Path, *, batch: int | None, seq: int | None, dtype: str = "bf16",
                   mode: str = "inference", runtime: str = "eager", attn: str = "eager",
                   layers: int | None = None, device_spec: str = "cuda:0",
                   repeats: int = 20) -> LabelResult:
     """Build ``model`` (zoo name or config path) on the device, time it, write its label."""
-    from ..exporters.api import _build, _defaults, _is_image, _resolve
-    from ..exporters.hf import check_options, with_layers
+    from ..exporters.api import build_module
+    from ..exporters.hf import with_layers
 
     device = resolve_device(device_spec)
     full = _check(dtype, mode, runtime, device)
-    check_options(batch=batch, seq=seq, task="auto", dtype=full, attn=attn, layers=layers)
-    source = _resolve(model)
-    if layers and _is_image(source.config):
+    built = build_module(model, batch=batch, seq=seq, dtype=full, attn=attn, layers=layers,
+                         device=str(device))
+    if layers and built.image:
         # evaluate rebuilds the model from the config written here, which has no depth key
         raise ConfigError("--layers cuts transformer configs only; image models run whole")
-    batch, seq, task = _defaults(source, batch, seq, "auto")
-    module, inputs, task = _build(source, batch=batch, seq=seq, task=task, dtype=full,
-                                  attn=attn, layers=layers, device=str(device))
+    module, inputs, task, batch, seq = (built.module, dict(built.inputs), built.task,
+                                        built.batch, built.seq)
     forward, step = _timers(module, inputs, mode, runtime, device)
     fw_ms = _median(forward, device, repeats)
     e2e_ms = _median(step, device, repeats) if step else fw_ms
-    config = with_layers(dict(source.config), layers) if layers else dict(source.config)
+    config = with_layers(dict(built.config), layers) if layers else dict(built.config)
     config.pop("_tilecast", None)
-    stem = _stem(source, model, layers)
+    stem = f"{built.name}-L{layers}" if layers else built.name
     seq_or_size = seq if seq is not None else int(config.get("image_size", 224))
     torch = torch_module()
     record = {
@@ -154,12 +153,6 @@ def collect_label(model: str, out: Path, *, batch: int, seq: int | None, dtype: 
     (out / "models").mkdir(parents=True, exist_ok=True)
     (out / "models" / f"{stem}.json").write_text(json.dumps(config, indent=2) + "\n")
     return LabelResult(path, e2e_ms, fw_ms, record["bwall_latency"])
-
-
-def _stem(source: Any, model: str, layers: int | None) -> str:
-    """The label's model name: the zoo name or config stem, with its depth when cut."""
-    base = source.entry.name if source.entry is not None else Path(model).stem
-    return f"{base}-L{layers}" if layers else base
 
 
 def _depth(config: dict) -> int:

@@ -51,6 +51,39 @@ class _Source:
     entry: ZooEntry | None
 
 
+@dataclass(frozen=True)
+class BuiltModel:
+    """A zoo model or config built at one shape: what ``export_model`` traces and
+    ``tilecast collect-labels`` runs."""
+
+    module: Any
+    inputs: Mapping[str, Any]
+    task: str  # resolved
+    batch: int
+    seq: int | None  # None for image models
+    source: str  # zoo name or config path, as given
+    name: str  # zoo name or config file stem
+    config: Mapping[str, Any]
+    image: bool  # a tilecast image model (no transformer depth keys)
+
+
+def build_module(name_or_config: str | Path | Mapping[str, Any], *, batch: int | None = None,
+                 seq: int | None = None, task: str = "auto", dtype: str = "float32",
+                 attn: str = "eager", layers: int | None = None, device: str = "meta",
+                 progress: Progress | None = None) -> BuiltModel:
+    """Resolve, validate and build a zoo model or config on ``device`` (meta: shapes only,
+    nothing allocated; a real device: random weights) with its example inputs there."""
+    check_options(batch=batch, seq=seq, task=task, dtype=dtype, attn=attn, layers=layers)
+    source = _resolve(name_or_config)
+    batch, seq, task = _defaults(source, batch, seq, task)
+    if progress:
+        progress(f"building {source.label} ({task}, {dtype}) on the {device} device")
+    module, inputs, task = _build(source, batch=batch, seq=seq, task=task, dtype=dtype,
+                                  attn=attn, layers=layers, device=device)
+    return BuiltModel(module, inputs, task, batch, seq, source.label,
+                      default_output(source).stem, source.config, _is_image(source.config))
+
+
 def export_model(name_or_config: str | Path | Mapping[str, Any], *, batch: int | None = None,
                  seq: int | None = None, task: str = "auto", dtype: str = "float32",
                  attn: str = "eager", layers: int | None = None,
@@ -66,12 +99,9 @@ def export_model(name_or_config: str | Path | Mapping[str, Any], *, batch: int |
     """
     started = time.perf_counter()
     say = progress or (lambda _msg: None)
-    check_options(batch=batch, seq=seq, task=task, dtype=dtype, attn=attn, layers=layers)
-    source = _resolve(name_or_config)
-    batch, seq, task = _defaults(source, batch, seq, task)
-    say(f"building {source.label} ({task}, {dtype}) on the meta device")
-    module, inputs, task = _build(source, batch=batch, seq=seq, task=task, dtype=dtype,
-                                  attn=attn, layers=layers)
+    built = build_module(name_or_config, batch=batch, seq=seq, task=task, dtype=dtype,
+                         attn=attn, layers=layers, progress=say)
+    module, inputs, task = built.module, dict(built.inputs), built.task
     say("tracing with torch.export and converting to ONNX")
     from ._graph import finalize, write_atomic
     from .torch_export import export_program
@@ -79,12 +109,12 @@ def export_model(name_or_config: str | Path | Mapping[str, Any], *, batch: int |
     program = export_program(module, inputs, train_mode=train_mode)
     say("folding shape arithmetic and inferring shapes")
     proto = finalize(program.model)
-    path = Path(output) if output is not None else default_output(source)
+    path = Path(output) if output is not None else Path(f"{built.name}.onnx")
     say(f"writing {path}")
     data = proto.SerializeToString()
     path = write_atomic(data, path)
     return ExportResult(
-        path, source.label, type(module).__name__, task, dtype, attn,
+        path, built.source, type(module).__name__, task, dtype, attn,
         {k: tuple(v.shape) for k, v in inputs.items()}, len(proto.graph.node),
         dict(Counter(n.op_type for n in proto.graph.node).most_common()),
         _parameters(proto), len(data), round(time.perf_counter() - started, 2))
