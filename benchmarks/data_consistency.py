@@ -1,4 +1,4 @@
-"""Do the shared dataset's two measurement sources agree? Five checks, printed per GPU.
+"""Do the shared dataset's two measurement sources agree? Six checks, printed per GPU.
 
     python benchmarks/data_consistency.py [--data ../shared/datasets/neusight-asplos25]
 
@@ -22,6 +22,12 @@
    least 100 MB (rows, cols; GB/s). The held-out shapes are round (model dims, multiples of
    128), the training shapes random; within each split roundness is worth 0-6 %, and the
    memory-bound elementwise rows, which do not run at the SM clock, agree across splits.
+6. The conv sweep's harness drift (``tilecast.learned.sweep_drift``): each conv CSV lists
+   random shapes in the order they ran. Per tenth of the file: the median batch (the shapes
+   are drawn alike), the 2nd percentile of the recorded latency (the smallest convs: a few
+   microseconds of GPU work) and the median excess of the recorded latency over a baseline
+   that knows the shape but not the position, in three size classes of that baseline. An
+   excess that rises alike for small and large convs is time added per call, not by the GPU.
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -211,6 +217,48 @@ def split_pairs(data: Path) -> list[str]:
     return lines
 
 
+def _by_tenth(s, base) -> dict[str, list[float]]:
+    """Check 6's rows for one conv file: each statistic over the ten tenths of the file."""
+    import numpy as np
+
+    tenth = np.minimum((s.position * 10).astype(int), 9)
+    parts = [tenth == i for i in range(10)]
+    excess = s.latency_ms - base
+    rows = {"median batch": [float(np.median(s.n[m])) for m in parts],
+            "2nd pct ms": [float(np.percentile(s.latency_ms[m], 2)) for m in parts]}
+    for lo, hi in ((0.0, 0.3), (0.3, 2.0), (2.0, np.inf)):
+        size = (base >= lo) & (base < hi)
+        rows[f"excess, base {lo:g}-{hi:g}"] = [
+            float(np.median(excess[m & size])) if (m & size).any() else float("nan")
+            for m in parts]
+    return rows
+
+
+def conv_drift(data: Path) -> list[str]:
+    import numpy as np
+
+    from tilecast.learned import conv_data as cd
+    from tilecast.learned.sweep_drift import shape_baseline_ms
+
+    lines = ["6. The conv sweep, by tenth of its file: median batch; 2nd percentile of the "
+             "recorded ms; median recorded - baseline ms for baselines < 0.3, 0.3-2, > 2 ms",
+             f"{'gpu':26s} {'what':18s} " + " ".join(f"{i:>6d}" for i in range(1, 11))]
+    for f in cd.conv_files([data]):
+        s = cd.read_conv_csv(f, drift=False)
+        if s is None:
+            continue
+        _, fit = cd.file_drift(s)
+        dims = np.column_stack([np.log2(np.maximum(v, 1.0)) for v in
+                                (s.n, s.c, s.k, s.p, s.r, s.stride)])
+        base = shape_baseline_ms(dims, s.algo, s.latency_ms)
+        for what, vals in _by_tenth(s, base).items():
+            cells = (f"{v:6.2f}" if v == v else f"{'-':>6s}" for v in vals)  # nan: no rows
+            lines.append(f"{s.device[0]:26s} {what:18s} " + " ".join(cells))
+        lines.append(f"{s.device[0]:26s} {'drift (fitted)':18s} span {fit.span_ms:.2f} ms, "
+                     f"noise {fit.noise_ms:.3f} ms, taken out: {fit.applied}")
+    return lines
+
+
 def parse_data_args(doc: str | None) -> Path | None:
     """The ``--data`` folder of a shared-dataset benchmark, or None after one ``Error:`` line
     when it holds no labels."""
@@ -229,7 +277,8 @@ def main() -> int:
         return 2
     runs = labelled_runs(data)
     for block in (same_gemm(runs, sweep_linears(data)), backward_ratios(runs),
-                  step_over_nodes(runs), attention_passes(runs), split_pairs(data)):
+                  step_over_nodes(runs), attention_passes(runs), split_pairs(data),
+                  conv_drift(data)):
         print("\n".join(block), end="\n\n")
     return 0
 

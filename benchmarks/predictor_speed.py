@@ -60,7 +60,7 @@ def main() -> None:
     kernels = synthetic_kernels(args.kernels)
     predictor.predict(kernels[:100], device)  # warm-up (session, caches)
 
-    parts = route(kernels, conv_model=predictor.conv_tree is not None).parts
+    parts = route(kernels, conv_model=predictor.conv_model).parts
     feats = {fam: predictor._features(fam, p, device) for fam, p in parts.items()}
     rows = sum(len(p.kernel) for p in parts.values())
     best = min(_timed(lambda: predictor._run(feats)) for _ in range(args.repeats))

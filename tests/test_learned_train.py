@@ -325,6 +325,15 @@ def test_logo_table_shows_the_held_out_shapes_column_and_its_mean():
     assert summary(rows, SHAPES) == {"softmax": 14.0}
 
 
+def test_table_columns_line_up_with_long_family_names():
+    from tilecast.learned.evaluate import EvalRow, format_table
+
+    rows = [EvalRow("G1", "conv", "tilecast", 10, 20.0),
+            EvalRow("G1", "conv, recorded", "tilecast", 10, 30.0)]
+    head, _, short, long_ = format_table(rows).splitlines()
+    assert len({len(head), len(short), len(long_)}) == 1
+
+
 def test_shared_data_amd_split_u_reproduces_the_launch_grids(dataset_dir: Path) -> None:
     """Tensile's GlobalSplitU (``_GSU3_`` in the kernel name) splits the reduction along grid
     y: with it as the split count, tilecast's block count b * ceil(n / MT0) * ceil(m / MT1) *
@@ -358,9 +367,9 @@ def test_logo_repeats_use_disjoint_seeds_and_average_the_folds() -> None:
              EvalRow("G1", "softmax", SHAPES, 10, 18.0)]]
     assert [(r.predictor, r.n, r.mape_pct) for r in average_rows(runs)] == [
         ("tilecast", 100, 25.0), (SHAPES, 10, 15.0)]
-    folds = average_folds([[ConvFold("G1", 50, 20.0, 40.0, 0.6)],
-                           [ConvFold("G1", 50, 24.0, 40.0, 0.7)]])
-    assert folds == [ConvFold("G1", 50, 22.0, 40.0, pytest.approx(0.65))]
+    folds = average_folds([[ConvFold("G1", 50, 20.0, 40.0, 0.6, 30.0)],
+                           [ConvFold("G1", 50, 24.0, 40.0, 0.7, 34.0)]])
+    assert folds == [ConvFold("G1", 50, 22.0, 40.0, pytest.approx(0.65), 32.0)]
 
 
 def test_logo_spread_lines_show_each_run() -> None:

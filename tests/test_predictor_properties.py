@@ -142,10 +142,11 @@ def test_every_kernel_inside_its_envelope(family, dtype, base) -> None:
         assert p.latency_ms >= p.gpu_ms * (1 - 1e-6)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", (*FAMILIES, "conv"))
 def test_tiny_kernels_do_not_rank_gpus_backwards(family: str) -> None:
-    """A 128-element kernel of each family: within 1.5x on every pair of GPUs of a vendor
-    where the second is of the same or a newer generation."""
+    """A 128-element kernel of each family (conv: one 3x3 conv of one image, 1 -> 2 channels
+    on 1 x 1): within 1.5x on every pair of GPUs of a vendor where the second is of the same
+    or a newer generation."""
     k = kernel(family, "float32", 1, 8, 16, 8)
     pred = _predictor()
     lat = {d.name: pred.predict([k], d)[0].latency_ms for d in DEVICES}
@@ -161,17 +162,16 @@ CONV_DTYPES = ("float32", "float16")
 @SETTINGS
 @given(dtype=st.sampled_from(CONV_DTYPES), base=dims, factor=st.integers(2, 8))
 def test_conv_larger_batch_never_takes_less_time(dtype, base, factor) -> None:
-    """fp32 (the conv model): strict in the batch N, as neither the conv features nor the
-    algorithm pick depend on it (more channels or pixels may switch the algorithm, a step this
-    does not bound). fp16 runs the matmul model's implicit-GEMM view, tile switches allowed."""
+    """fp32 (the conv model): strict in the batch N, algorithm switches included: each
+    candidate algorithm's forecast never falls with N (the conv features do not depend on it)
+    and the forecast is their minimum. fp16 runs the matmul model's implicit-GEMM view, tile
+    switches allowed."""
     grown = (base[0] * factor, *base[1:])
     small, big = kernel("conv", dtype, *base), kernel("conv", dtype, *grown)
     pred = _predictor()
     for dev in DEVICES:
         a, b = pred.predict([small, big], dev)
-        if dtype == "float32":
-            assert a.tile == b.tile, (dev.name, small, big, a, b)
-        slack = SWITCH_SLACK if a.tile != b.tile else 1e-5
+        slack = SWITCH_SLACK if a.tile != b.tile and dtype != "float32" else 1e-5
         assert b.latency_ms >= a.latency_ms * (1 - slack), (dev.name, small, big, a, b)
         assert b.gpu_ms >= a.gpu_ms * (1 - slack), (dev.name, small, big, a, b)
 

@@ -31,11 +31,9 @@ Grouped and depthwise convolutions are routed to the memory-bound rule (``routin
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
-
-from .tiles import TileTree
 
 ALGORITHMS = ("implicit_precomp_gemm", "implicit_gemm", "winograd", "winograd_nonfused", "fft")
 # Winograd and FFT in cuDNN need unit stride and dilation; these kernels cover 3x3 filters.
@@ -43,6 +41,11 @@ WINOGRAD_TAPS = 3
 FFT_TILE = 32  # fft2d_r2c_32x32
 COMPLEX_BYTES = 8  # complex64
 IMPLICIT_TILE = (128, 64)  # scudnn_128x64, the most frequent recorded tile
+# The plain implicit GEMM (``implicit_convolve_sgemm``, ``explicit_convolve_sgemm``) computes
+# 32 x 32 output tiles with 64 threads: its recorded grids are ceil(N P Q / 32) x ceil(K / 32)
+# (T4: N 4, C 93, K 1230, 5 x 5 -> 4 x 39; N 10, K 477, 17 x 17 -> 91 x 15). cuDNN's
+# benchmark picks it for convs with few output tiles (7 % of those under 20 tiles of 128 x 64).
+SMALL_TILE = (32, 32)
 WINOGRAD_GEMM_TILE = 64  # *_sgemm_64x64_nn, the most frequent tile of the nonfused SGEMM
 FUSED_BLOCK = (32, 8, 16)  # output channels x rows x cols per block (recorded grids)
 # Kernels each algorithm launches (the recorded names: offsets + GEMM; tile generation + fused
@@ -50,14 +53,11 @@ FUSED_BLOCK = (32, 8, 16)  # output channels x rows x cols per block (recorded g
 LAUNCHES = {"implicit_precomp_gemm": 2, "implicit_gemm": 1, "winograd": 2,
             "winograd_nonfused": 4, "fft": 4}
 TC_CHANNEL_MULTIPLE = {"float16": 8, "bfloat16": 8, "tf32": 4}
-# Compute capability by generation (CUDA C Programming Guide, compute capabilities table):
-# the algorithm tree's "architecture" input.
-ARCH_CC = {"maxwell": 5.2, "pascal": 6.0, "volta": 7.0, "turing": 7.5, "ampere": 8.0,
-           "ada": 8.9, "hopper": 9.0, "blackwell": 10.0}
-# No input depends on the batch N: the pick (and with it the forecast's form) stays the same
-# as the batch grows, so a forecast never falls with N (docs/predictor.md, "Convolutions").
-TREE_FEATURES = ("log2_c", "log2_k", "log2_p", "log2_taps", "stride", "log2_sms", "arch_cc",
-                 "log2_image_tiles_per_sm")
+# The algorithms a forecast chooses among, in tie-break order (``candidates``): the ones cuDNN
+# runs on 95-98 % of the recorded convs of every GPU. FFT (0.1-4 %) and the plain implicit
+# GEMM (1-3 %) are recorded too, and trained on, but not candidates: few rows of either lie
+# near any given shape, so a forecast of them is an extrapolation the pick would trust.
+CANDIDATES = ("implicit_precomp_gemm", "winograd", "winograd_nonfused")
 
 
 def classify_kernels(kernels: str) -> str:
@@ -97,8 +97,14 @@ class ConvColumns:
         return len(self.n)
 
 
+def take(cc: ConvColumns, idx: np.ndarray) -> ConvColumns:
+    """The rows ``idx`` of ``cc`` (repeats allowed)."""
+    return ConvColumns(**{f.name: None if getattr(cc, f.name) is None
+                          else getattr(cc, f.name)[idx] for f in fields(cc)})
+
+
 def eligible(cc: ConvColumns) -> dict[str, np.ndarray]:
-    """Which algorithms cuDNN offers per row (the tree's pick is overridden where not)."""
+    """Which algorithms cuDNN offers per row (Winograd: 3x3, unit stride; FFT: unit stride)."""
     unit = cc.stride == 1
     three = (cc.r == WINOGRAD_TAPS) & (cc.s == WINOGRAD_TAPS) & unit
     ones = np.ones(len(cc), dtype=bool)
@@ -106,24 +112,18 @@ def eligible(cc: ConvColumns) -> dict[str, np.ndarray]:
             "winograd_nonfused": three, "fft": unit & (cc.r <= FFT_TILE // 2)}
 
 
-def tree_features(cc: ConvColumns, sms: np.ndarray, arch: np.ndarray) -> np.ndarray:
-    """Inputs of the algorithm tree, shape (n, len(TREE_FEATURES))."""
-    tiles = np.ceil(cc.p * cc.q / IMPLICIT_TILE[0]) * np.ceil(cc.k / IMPLICIT_TILE[1])
-    cap = np.array([ARCH_CC.get(a, 8.0) for a in arch], dtype=np.float64)
-    lg = np.log2
-    return np.stack([lg(cc.c), lg(cc.k), lg(cc.p * cc.q) / 2, lg(cc.r * cc.s), cc.stride,
-                     lg(sms), cap, lg(tiles / sms)], axis=1)
+def candidates(cc: ConvColumns) -> tuple[np.ndarray, np.ndarray]:
+    """(row, algorithm) pairs: every ``CANDIDATES`` algorithm cuDNN offers for each row, rows
+    in order and implicit precomp GEMM (offered for every conv) first.
 
-
-def select_algorithms(tree: TileTree, cc: ConvColumns, sms: np.ndarray,
-                      arch: np.ndarray) -> np.ndarray:
-    """The tree's pick, replaced by implicit precomp GEMM where cuDNN does not offer it."""
-    if not len(cc):
-        return np.empty(0, dtype=object)
-    algo = tree.predict(tree_features(cc, sms, arch))
+    cuDNN's heuristics pick a fast algorithm among those it offers, so a forecast costs each
+    candidate and keeps the fastest (``predictor._fastest``; docs/predictor.md,
+    "Convolutions"). Nothing in the choice depends on the batch N but the candidates'
+    forecasts, each of which never falls with N, so neither does their minimum."""
     ok = eligible(cc)
-    allowed = np.array([ok[a][i] for i, a in enumerate(algo)], dtype=bool)
-    return np.where(allowed, algo, "implicit_precomp_gemm").astype(object)
+    allowed = np.stack([ok[a] for a in CANDIDATES], axis=1)  # (rows, candidates)
+    row, which = np.nonzero(allowed)
+    return row, np.asarray(CANDIDATES, dtype=object)[which]
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,8 @@ class AlgorithmWork:
     tiles: np.ndarray
     tile_efficiency: np.ndarray  # useful outputs / outputs the padded tiles compute
     reduction: np.ndarray  # the reduction length of one tile's GEMM (C*R*S, or C)
+    tile_m: np.ndarray  # rows and columns of the output tile its DRAM traffic is counted on
+    tile_n: np.ndarray
 
 
 def tensor_bytes(cc: ConvColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -165,8 +167,11 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     m = cc.n * cc.p * cc.q
     flops = 2.0 * m * k * c * cc.r * cc.s
     extra = transpose.copy()
-    tiles = np.ceil(m / IMPLICIT_TILE[0]) * np.ceil(cc.k / IMPLICIT_TILE[1])
-    eff = m * cc.k / (tiles * IMPLICIT_TILE[0] * IMPLICIT_TILE[1])
+    small = algo == "implicit_gemm"
+    tile_m = np.where(small, SMALL_TILE[0], IMPLICIT_TILE[0])
+    tile_n = np.where(small, SMALL_TILE[1], IMPLICIT_TILE[1])
+    tiles = np.ceil(m / tile_m) * np.ceil(cc.k / tile_n)
+    eff = m * cc.k / (tiles * tile_m * tile_n)
     # Winograd and FFT multiply transformed tiles over the channels only.
     reduction = np.where(np.isin(algo, ("winograd", "winograd_nonfused", "fft")), c,
                          c * cc.r * cc.s)
@@ -204,7 +209,8 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     tiles = np.where(sel, np.ceil(cc.n * per_img * bins / IMPLICIT_TILE[0])
                      * np.ceil(cc.k / IMPLICIT_TILE[1]), tiles)
     eff = np.where(sel, cc.p * cc.q / (per_img * out_per_tile**2), eff)
-    return AlgorithmWork(flops, io + extra, extra, np.maximum(tiles, 1.0), eff, reduction)
+    return AlgorithmWork(flops, io + extra, extra, np.maximum(tiles, 1.0), eff, reduction,
+                         tile_m.astype(np.float64), tile_n.astype(np.float64))
 
 
 def algorithm_strings(algo: np.ndarray) -> np.ndarray:

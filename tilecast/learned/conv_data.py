@@ -4,7 +4,9 @@ One CSV row is one ``torch.nn.functional.conv2d`` call: columns ``B, Input_Chann
 Output_Channel, Kernel_Szie, Input_Size, Stride, Padding`` (square inputs and filters), its
 ``Latency`` in ms over the whole op (every kernel in ``Kernels``: transforms, transposes and
 the GEMM), and the ';'-separated names of the kernels launched, from which the cuDNN
-algorithm is read (``conv.classify_kernels``). ``tilecast collect`` adds ``Groups``,
+algorithm is read (``conv.classify_kernels``). ``latency_ms`` is the recorded latency less the
+file's harness drift (``sweep_drift``: time the measuring loop added as the sweep went on);
+``measured_ms`` is what the CSV says. ``tilecast collect`` adds ``Groups``,
 ``Channels_Last`` (0: NCHW, 1: NHWC) and ``dtype`` columns; rows with groups > 1 are not
 modelled here (they are memory-bound, ``routing.py``).
 """
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 import csv
 import hashlib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,7 @@ import numpy as np
 from ..analyzer.types import DTYPE_SIZE
 from . import conv as cv
 from . import features as ft
-from . import tiles as tl
+from . import sweep_drift as sd
 from .dataset import COLLECT_DTYPES
 from .prepare import DeviceLookup, FamilyData, default_lookup, resolve_devices
 
@@ -36,7 +38,7 @@ class ConvSamples:
     """Measured dense convolutions as parallel numpy columns."""
 
     device: np.ndarray  # str
-    latency_ms: np.ndarray
+    latency_ms: np.ndarray  # the kernel's: measured less the harness drift
     dtype: np.ndarray  # str, ONNX dtype names
     itemsize: np.ndarray
     n: np.ndarray  # float64 dims (ConvDims names)
@@ -53,6 +55,13 @@ class ConvSamples:
     nhwc: np.ndarray  # bool
     algo: np.ndarray  # str: the algorithm the recorded kernel names show
     kernels: np.ndarray  # str: the recorded names
+    position: np.ndarray  # the row's place in its CSV: 0 first, 1 last (the measuring order)
+    drift_ms: np.ndarray  # the harness drift taken out of latency_ms (sweep_drift)
+
+    @property
+    def measured_ms(self) -> np.ndarray:
+        """The latency as the CSV recorded it."""
+        return self.latency_ms + self.drift_ms
 
     def __len__(self) -> int:
         return len(self.latency_ms)
@@ -94,18 +103,21 @@ def _row(r: dict[str, str]) -> dict | None:
                 "algo": cv.classify_kernels(kernels), "kernels": kernels}
 
 
-def read_conv_csv(path: Path) -> ConvSamples | None:
-    """One conv CSV -> samples (grouped rows and rows without a latency are skipped)."""
+def read_conv_csv(path: Path, drift: bool = True) -> ConvSamples | None:
+    """One conv CSV -> samples (grouped rows and rows without a latency are skipped), with the
+    file's harness drift taken out of ``latency_ms`` unless ``drift`` is False."""
     cols: dict[str, list] = {f.name: [] for f in fields(ConvSamples)}
     with path.open(newline="") as fh:
-        for r in csv.DictReader(fh):
-            if (r.get("OPName") or "conv").strip() != "conv" or not r.get("Latency"):
-                continue
-            d = _row(r)
-            if d is None:
-                continue
-            for key, value in d.items():
-                cols[key].append(value)
+        rows = list(csv.DictReader(fh))
+    place = sd.positions(len(rows))
+    for i, r in enumerate(rows):
+        if (r.get("OPName") or "conv").strip() != "conv" or not r.get("Latency"):
+            continue
+        d = _row(r)
+        if d is None:
+            continue
+        for key, value in (d | {"position": place[i], "drift_ms": 0.0}).items():
+            cols[key].append(value)
     if not cols["device"]:
         return None
     out = {}
@@ -113,7 +125,27 @@ def read_conv_csv(path: Path) -> ConvSamples | None:
         kind = object if name in ("device", "dtype", "algo", "kernels") else (
             bool if name == "nhwc" else np.float64)
         out[name] = np.asarray(values, dtype=kind)
-    return ConvSamples(**out)
+    s = ConvSamples(**out)
+    return without_drift(s) if drift else s
+
+
+def without_drift(s: ConvSamples) -> ConvSamples:
+    """``s`` (one file's rows) with each GPU's harness drift taken out of ``latency_ms``."""
+    drift = np.zeros(len(s))
+    for gpu in set(s.device.tolist()):
+        m = s.device == gpu
+        drift[m] = file_drift(s.select(m))[0]
+    return replace(s, latency_ms=s.measured_ms - drift, drift_ms=drift)
+
+
+def file_drift(s: ConvSamples) -> tuple[np.ndarray, sd.DriftFit]:
+    """The harness drift of one file's rows against a baseline per algorithm and dtype that
+    knows the shape (log N, C, K, output size, filter size, stride) but not the position."""
+    dims = np.column_stack([np.log2(np.maximum(v, 1.0)) for v in
+                            (s.n, s.c, s.k, s.p, s.r, s.stride)])
+    groups = np.array([f"{a}/{d}" for a, d in zip(s.algo, s.dtype, strict=True)], dtype=object)
+    measured = s.measured_ms
+    return sd.drift_ms(measured, sd.shape_baseline_ms(dims, groups, measured), s.position)
 
 
 def conv_files(roots: Iterable[Path | str], vendor: str = "nvidia") -> list[Path]:
@@ -157,33 +189,27 @@ def conv_units(dtype: np.ndarray) -> np.ndarray:
     return np.where(matrix, "matrix", "vector").astype(object)
 
 
-def fit_algorithm_tree(s: ConvSamples, lookup: DeviceLookup = default_lookup,
-                       seed: int = 0) -> tl.TileTree:
-    """A decision tree from the recorded algorithms (features: dims, taps, stride, SMs,
-    compute capability): the serving rule for the algorithm cuDNN picks."""
-    from sklearn.tree import DecisionTreeClassifier
-
+def conv_family_data(s: ConvSamples, lookup: DeviceLookup = default_lookup,
+                     algo: np.ndarray | None = None) -> FamilyData:
+    """Conv features and latencies under ``algo`` (default: the recorded algorithms, what
+    cuDNN ran; training always uses those)."""
     dc = device_arrays(s, lookup)
-    x = cv.tree_features(s.columns(), dc.sm_count, dc.arch)
-    names = tuple(cv.ALGORITHMS)
-    y = np.array([names.index(a) for a in s.algo])
-    clf = DecisionTreeClassifier(max_depth=10, min_samples_leaf=10, random_state=seed)
-    clf.fit(x, y)
-    t = clf.tree_
-    leaf = t.value[:, 0, :].argmax(axis=1)
-    return tl.TileTree(np.where(t.children_left >= 0, t.feature, -1).astype(np.int64),
-                       t.threshold.astype(np.float64), t.children_left.astype(np.int64),
-                       t.children_right.astype(np.int64),
-                       clf.classes_[leaf].astype(np.int64), names)
+    algo = np.asarray(s.algo if algo is None else algo, dtype=object)
+    f = ft.build_features("conv", s.columns(algo), dc)
+    return FamilyData(f, s.latency_ms, s.device, np.full(len(s), "conv", dtype=object), algo)
 
 
-def conv_family_data(s: ConvSamples, tree: tl.TileTree | None,
-                     lookup: DeviceLookup = default_lookup) -> FamilyData:
-    """Conv features and latencies; algorithms from ``tree`` (the serving rule) or, when
-    ``tree`` is None, the recorded ones (what cuDNN ran)."""
-    dc = device_arrays(s, lookup)
-    algo = s.algo if tree is None else cv.select_algorithms(tree, s.columns(), dc.sm_count,
-                                                            dc.arch)
-    f = ft.build_features("conv", s.columns(np.asarray(algo, dtype=object)), dc)
-    return FamilyData(f, s.latency_ms, s.device, np.full(len(s), "conv", dtype=object),
-                      np.asarray(algo, dtype=object))
+def fastest(s: ConvSamples, predict_ms: Callable[[FamilyData], np.ndarray],
+            lookup: DeviceLookup = default_lookup) -> tuple[np.ndarray, np.ndarray]:
+    """(forecast ms, algorithm) per row: the fastest of the candidate algorithms cuDNN offers
+    (``conv.candidates``), each forecast by ``predict_ms``; the serving rule
+    (``predictor._fastest``), for the torch models of training and the protocol."""
+    row, algo = cv.candidates(s.columns())
+    ms = predict_ms(conv_family_data(s.select(row), lookup, algo))
+    best = np.full(len(s), np.inf)
+    pick = np.full(len(s), "", dtype=object)
+    for name in cv.CANDIDATES:  # in tie-break order: the first of equals stays
+        mine = np.nonzero(algo == name)[0]
+        better = mine[ms[mine] < best[row[mine]]]
+        best[row[better]], pick[row[better]] = ms[better], name
+    return best, pick

@@ -1,5 +1,6 @@
 """Per-kernel device numbers the feature builder reads: peaks, bandwidth, caches, occupancy
-limits and power headroom, one array per field so that one batch may mix GPUs."""
+limits and power headroom, one array per field so that one batch may mix GPUs; and the shares
+of the nominal fp32 rate a conv kernel gets (the sustained clock, the FP32 lanes)."""
 
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ class DeviceColumns:
     watts_per_tflop: np.ndarray  # board power / peak fp32
     base_clock_ratio: np.ndarray  # base / boost clock
     fp32_issue_share: np.ndarray  # issue slots an FFMA stream takes at peak (none given: 0.5)
+    fp32_sustained: np.ndarray  # sourced SGEMM share of the fp32 peak (nan: none sourced)
 
 
 def uses_matrix_units(device: Device, dtype: str, unit: str) -> bool:
@@ -82,7 +84,8 @@ def device_columns(devices: Sequence[Device], which: np.ndarray, dtypes: np.ndar
         arch=np.array([d.arch for d in devices], dtype=object)[which],
         amd=col(lambda d: float(d.vendor == "amd")), tensor_core=tensor,
         watts_per_tflop=col(_watts_per_tflop), base_clock_ratio=col(_base_clock_ratio),
-        fp32_issue_share=col(lambda d: d.fp32_issue_share or 0.5))
+        fp32_issue_share=col(lambda d: d.fp32_issue_share or 0.5),
+        fp32_sustained=col(lambda d: d.fp32_sustained_fraction or np.nan))
 
 
 # A GPU with no board power in its description is taken as one with ample headroom: the
@@ -98,3 +101,39 @@ def _watts_per_tflop(d: Device) -> float:
 
 def _base_clock_ratio(d: Device) -> float:
     return min(1.0, d.base_clock_mhz / d.boost_clock_mhz) if d.base_clock_mhz else 1.0
+
+
+# Of the gap between the boost and the base clock, the share a GPU gives up when every SM is
+# busy (``sustained_clock``). Chosen by leave-one-GPU-out on the conv data (seeds 0 and 3,
+# fold means): 0.25 17.1 %, 0.4 16.4, 0.5 16.2, 0.6 16.3, 0.75 17.1, 1 (the base clock)
+# 21.5, none 18.1. Halfway puts a T4 at 1.09 GHz under load (boost 1.59, base 0.585).
+SUSTAINED_CLOCK_SHARE = 0.5
+
+
+def sustained_clock(dc: DeviceColumns, busy: np.ndarray) -> np.ndarray:
+    """The clock, as a share of the boost clock, that a kernel keeping ``busy`` of the SMs
+    (0-1) runs at: board power and heat pull a fully busy chip part of the way from the boost
+    towards the base clock (the guaranteed one at the board's power), a few SMs not at all.
+
+    Why a work term and not only a feature: the MLP's inputs are clamped to their training
+    range, so a held-out GPU beyond it (the T4's base / boost 0.37, below every other conv
+    GPU) could not be told apart; scaling the compute term carries the datasheet clocks to
+    any GPU. Monotone: ``busy`` never falls as the kernel grows, so the compute term it
+    scales never does either. GPUs without a base clock (AMD here) keep the boost clock."""
+    return 1.0 - SUSTAINED_CLOCK_SHARE * (1.0 - dc.base_clock_ratio) * busy
+
+
+def conv_lane_share(dc: DeviceColumns) -> np.ndarray:
+    """The share of the nominal fp32 peak an SM gives cuDNN's SGEMM-class conv kernels.
+
+    Every GPU with conv data issues one FP32 warp instruction per partition per clock to 16
+    lanes (``fp32_issue_share`` 0.5), and the model learned its utilization there. GA10x,
+    Ada, Hopper and Blackwell SMs double the lanes (share 1.0), but a SIMT GEMM uses the
+    second datapath only as far as that GPU's measured SGEMM rate shows
+    (``fp32_sustained_fraction``: L4 0.367, H100 SXM 0.774), and at least the one full FP32
+    datapath (0.5; also where no rate is sourced). The L4's own kernels agree: on held-out
+    batched SGEMMs of under 58 blocks, one per SM on both GPUs, the A100s take 0.89-0.94x the
+    L4's time, where the nominal per-SM peaks say 2.9x in the L4's favour."""
+    rate = np.where(np.isnan(dc.fp32_sustained), 0.5, dc.fp32_sustained)
+    doubled = (dc.fp32_issue_share > 0.5) & (dc.amd == 0)  # AMD CUs: another issue model
+    return np.where(doubled, np.maximum(0.5, rate), 1.0)

@@ -134,12 +134,13 @@ def format_table(rows: Sequence[EvalRow]) -> str:
     for r in rows:
         cells.setdefault((r.gpu, r.family), {})[r.predictor] = r
     names = [p for p in (*PREDICTORS, SHAPES) if any(p in c for c in cells.values())]
-    head = f"{'GPU':26s} {'family':12s} {'n':>6s} " + " ".join(f"{p:>9s}" for p in names)
+    wide = max([12, *(len(family) for _, family in cells)])  # "conv, recorded" is 14
+    head = f"{'GPU':26s} {'family':{wide}s} {'n':>6s} " + " ".join(f"{p:>9s}" for p in names)
     lines = [head, "-" * len(head)]
     for (gpu, family), c in cells.items():
         n = next(iter(c.values())).n
         vals = " ".join(f"{c[p].mape_pct:8.1f}%" if p in c else f"{'-':>9s}" for p in names)
-        lines.append(f"{gpu:26s} {family:12s} {n:6d} {vals}")
+        lines.append(f"{gpu:26s} {family:{wide}s} {n:6d} {vals}")
     return "\n".join(lines)
 
 

@@ -91,10 +91,10 @@ class OnnxPredictor:
                                  in json.loads(meta["host_dispatch_ms"]).items()}
         self.ranges = {fam: (np.asarray(lo), np.asarray(hi)) for fam, (lo, hi)
                        in json.loads(meta["feature_ranges"]).items()}
-        self.conv_tree = _conv_tree(meta, self.path) if "conv" in self.ranges else None
+        self.conv_model = "conv" in self.ranges  # else convs take the matmul model's view
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
-        routed = _stream_weights(route(kernels, conv_model=self.conv_tree is not None), device)
+        routed = _stream_weights(route(kernels, conv_model=self.conv_model), device)
         feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
         outs = self._run(feats)
         self._simt_ceiling(feats, outs, device)
@@ -102,13 +102,16 @@ class OnnxPredictor:
         return self._collect(kernels, routed, feats, outs, device)
 
     def _simt_ceiling(self, feats: dict, outs: dict[str, np.ndarray], device: Device) -> None:
-        """fp32 SIMT GEMM candidates held to the GPU's sourced sustained rate (``simt.py``),
-        before the fastest candidate is picked: the ceiling depends on the tile's waves."""
-        if "matmul" not in feats or device.fp32_sustained_fraction is None:
+        """fp32 SIMT GEMM and conv candidates held to the GPU's sourced sustained rate
+        (``simt.py``), before the fastest candidate is picked: the ceiling depends on the
+        candidate's waves (matmul) and FLOPs (a conv's algorithm)."""
+        if device.fp32_sustained_fraction is None:
             return
-        f = feats["matmul"][0]
-        simt.hold_to_sustained(f, outs, io_names("matmul"), device.fp32_sustained_fraction,
-                               self._host_ms("matmul", f, device))
+        for fam in simt.FAMILIES:
+            if fam in feats:
+                f = feats[fam][0]
+                simt.hold_to_sustained(f, outs, io_names(fam), device.fp32_sustained_fraction,
+                                       self._host_ms(fam, f, device))
 
     def _run(self, feats: dict) -> dict[str, np.ndarray]:
         feed = {}
@@ -233,10 +236,12 @@ class OnnxPredictor:
         configuration (``TileTable.candidates``) and the part each row belongs to."""
         n = len(p.kernel)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, p.unit)
-        if isinstance(p, ConvParts):
-            algo = cv.select_algorithms(self.conv_tree, p.columns, dc.sm_count, dc.arch)
-            cols = replace(p.columns, algo=algo)
-            return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo), None
+        if isinstance(p, ConvParts):  # one row per candidate algorithm; _fastest keeps one
+            row, algo = cv.candidates(p.columns)
+            cols = replace(cv.take(p.columns, row), algo=algo)
+            dc = ft.device_columns([device], np.zeros(len(row), dtype=np.int64), p.dtype[row],
+                                   p.unit[row])
+            return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo), row
         if family == "matmul" and n:
             return self._matmul_features(p, device, dc)
         zeros = np.zeros(n)
@@ -284,15 +289,6 @@ class OnnxPredictor:
         return out
 
 
-def _conv_tree(meta: dict[str, str], path: Path) -> tl.TileTree:
-    """The conv algorithm tree (the serving rule for cuDNN's pick) from the metadata."""
-    try:
-        return tl.TileTree.from_json(json.loads(meta["conv_algorithm_tree"]))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise PredictorError(f"{path}: conv metadata lacks a valid {exc}; regenerate it "
-                             f"({tl.REGENERATE})") from exc
-
-
 def _stream_weights(routed: Routed, device: Device) -> Routed:
     """Weights come from DRAM when the kernels predicted together (a pass) read more of them
     than the L2 holds: none is left for the next pass (analyzer/weights.py). Otherwise they
@@ -316,8 +312,9 @@ def _take(p: Parts, idx: np.ndarray) -> Parts:
 
 
 def _fastest(feats: dict, outs: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
-    """One row per part: of a matmul's candidate configurations, the one with the least GPU
-    time (ties: the trees' own pick, which comes first)."""
+    """One row per part: of a matmul's candidate configurations or a conv's candidate
+    algorithms, the one with the least GPU time (ties: the first, the trees' own pick or
+    implicit precomp GEMM)."""
     feats, outs = dict(feats), dict(outs)
     for fam, (f, labels, group) in list(feats.items()):
         if group is None:

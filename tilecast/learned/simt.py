@@ -1,4 +1,4 @@
-"""fp32 SIMT GEMMs no faster than the GPU's sourced sustained SGEMM rate.
+"""fp32 SIMT GEMMs and convolutions no faster than the GPU's sourced sustained SGEMM rate.
 
 The learned compute utilization of an fp32 SIMT GEMM comes from the five NVIDIA training GPUs
 (Pascal to GA100). On a GPU outside them it is extrapolated, and on Hopper it overshoots: the
@@ -31,13 +31,20 @@ from .features import FEATURES, Features
 from .form import Q_HOST
 from .tensor_core import smooth_max
 
-_TENSOR_CORE = FEATURES["matmul"].index("tensor_core")
-_LOG2_ITEMSIZE = FEATURES["matmul"].index("log2_itemsize_bytes")
+# The families it holds: matmul and the dense convolutions, whose cuDNN kernels (implicit
+# GEMM, Winograd's batched SGEMM and fused tiles) are SGEMM-class SIMT kernels (their FLOPs:
+# the algorithm's, ``conv.algorithm_work``). Every conv the conv family costs is fp32 SIMT;
+# tensor-core convs go to the matmul model's implicit-GEMM view (``routing.py``).
+FAMILIES = ("matmul", "conv")
 
 
 def simt_fp32_rows(f: Features) -> np.ndarray:
-    """Rows of the matmul family that run fp32 on SIMT units (not tensor / matrix cores)."""
-    return (f.x[:, _TENSOR_CORE] == 0) & (f.x[:, _LOG2_ITEMSIZE] == 2)
+    """Rows of ``f`` (matmul or conv) that run fp32 on SIMT units (not tensor cores)."""
+    names = FEATURES[f.family]
+    fp32 = f.x[:, names.index("log2_itemsize_bytes")] == 2
+    if "tensor_core" not in names:
+        return fp32
+    return fp32 & (f.x[:, names.index("tensor_core")] == 0)
 
 
 def hold_to_sustained(f: Features, outs: dict[str, np.ndarray], names: dict[str, str],
