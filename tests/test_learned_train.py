@@ -302,7 +302,7 @@ def test_default_quantiles_per_family() -> None:
     from tilecast.learned.train import TrainConfig
 
     c = TrainConfig()
-    assert (c.quantile("matmul"), c.quantile("conv")) == (0.3, 0.3)
+    assert (c.quantile("matmul"), c.quantile("conv")) == (0.3, 0.4)
     assert {c.quantile(f) for f in ("elementwise", "softmax", "layernorm")} == {0.5}
 
 

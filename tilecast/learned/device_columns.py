@@ -105,8 +105,8 @@ def _base_clock_ratio(d: Device) -> float:
 
 # Of the gap between the boost and the base clock, the share a GPU gives up when every SM is
 # busy (``sustained_clock``). Chosen by leave-one-GPU-out on the conv data (seeds 0 and 3,
-# fold means): 0.25 17.1 %, 0.4 16.4, 0.5 16.2, 0.6 16.3, 0.75 17.1, 1 (the base clock)
-# 21.5, none 18.1. Halfway puts a T4 at 1.09 GHz under load (boost 1.59, base 0.585).
+# fold means, the 0.3 quantile): 0.25 17.1 %, 0.4 16.4, 0.5 16.2, 0.6 16.3, 0.75 17.1, 1 (the
+# base clock) 21.5, none 18.1. Halfway puts a T4 at 1.09 GHz under load (boost 1.59, base 0.585).
 SUSTAINED_CLOCK_SHARE = 0.5
 
 

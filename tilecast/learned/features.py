@@ -54,8 +54,9 @@ _DEVICE = ("log2_sms", "log2_l2_mb", "log2_itemsize_bytes", "amd", "log2_watts_p
 # convs that keep 8 of its 108 SMs busy, where board power cannot bind (1.3x the A100 PCIe
 # 80GB's time on one chip at one boost clock). The clocks enter the compute term instead
 # (``sustained_clock``). Leave-one-GPU-out on held-out conv shapes (fold means, seeds 0, 3
-# and 6, the fastest candidate algorithm): every device feature 18.5 %, without the power
-# 18.2; with the clock term and without both 16.9 (keeping the base clock ratio too: 16.5).
+# and 6, the fastest candidate algorithm, the 0.3 quantile): every device feature 18.5 %,
+# without the power 18.2; with the clock term and without both 16.9 (keeping the base clock
+# ratio too: 16.5).
 _CONV_DEVICE = tuple(f for f in _DEVICE if f not in ("log2_watts_per_tflop", "base_clock_ratio"))
 _ROW = ("log2_cols", "log2_threads", "rows_per_block", "lane_efficiency", "l1_rows")
 # What the fixed-cost and per-wave setup heads may not see: the matmul tile and layout (a
