@@ -163,11 +163,11 @@ def test_conv_features_size_independent_x_and_monotone_work(device):
 
 # Sustained clock: the boost clock for a lone busy SM, halfway from boost to base with every
 # SM busy (base / boost from the device files). Lane share: GPUs with one FP32 datapath per
-# partition keep 1; doubled datapaths count as far as the sourced SGEMM rate (H100 SXM 0.774),
-# at least one datapath (0.5: the L4's 0.367, the A10 with none); AMD keeps 1.
+# partition keep 1; doubled datapaths count as far as the sourced SGEMM rate (L4 0.367, H100
+# SXM 0.774), one datapath (0.5) where none is sourced (the A10); AMD keeps 1.
 @pytest.mark.parametrize(("device", "full_load_clock", "lanes"), [
     ("t4", 1 - 0.5 * (1 - 585 / 1590), 1.0),
-    ("l4", 1 - 0.5 * (1 - 795 / 2040), 0.5),
+    ("l4", 1 - 0.5 * (1 - 795 / 2040), 0.367),
     ("h100-sxm5-80gb", 1 - 0.5 * (1 - 1590 / 1980), 0.774),
     ("a10", 1 - 0.5 * (1 - 885 / 1695), 0.5),
     ("mi210", 1.0, 1.0),  # AMD publishes no base clock
@@ -187,7 +187,7 @@ def test_sustained_clock_and_lane_share(device, full_load_clock, lanes):
 def test_one_chip_at_one_clock_runs_a_pointwise_conv_alike():
     # The A100 PCIe 40GB and 80GB: one chip, one boost clock (their base clocks and board
     # power differ). A batch-1 1x1 conv keeps 8 of 108 SMs busy: within 5 % of each other
-    # (1.3x apart when the conv model read the base clock and the power as features).
+    # (1.3x apart when the conv MLP read the base clock and the power as features).
     from tilecast.device_db.loader import load_device
     from tilecast.learned.predictor import default_predictor
 

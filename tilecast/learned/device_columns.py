@@ -128,12 +128,12 @@ def conv_lane_share(dc: DeviceColumns) -> np.ndarray:
 
     Every GPU with conv data issues one FP32 warp instruction per partition per clock to 16
     lanes (``fp32_issue_share`` 0.5), and the model learned its utilization there. GA10x,
-    Ada, Hopper and Blackwell SMs double the lanes (share 1.0), but a SIMT GEMM uses the
-    second datapath only as far as that GPU's measured SGEMM rate shows
-    (``fp32_sustained_fraction``: L4 0.367, H100 SXM 0.774), and at least the one full FP32
-    datapath (0.5; also where no rate is sourced). The L4's own kernels agree: on held-out
-    batched SGEMMs of under 58 blocks, one per SM on both GPUs, the A100s take 0.89-0.94x the
-    L4's time, where the nominal per-SM peaks say 2.9x in the L4's favour."""
+    Ada, Hopper and Blackwell SMs double the lanes (share 1.0); a SIMT GEMM uses them only as
+    far as that GPU's measured SGEMM rate shows (``fp32_sustained_fraction``: L4 0.367, L40S
+    0.512, H100 SXM 0.774), one datapath (0.5) where none is sourced. The L4's own kernels put
+    it that low on a lone SM, where neither power nor bandwidth binds: on held-out batched
+    SGEMMs of under 58 blocks, one per SM on both GPUs, the A100s take 0.89-0.94x the L4's
+    time, where its nominal per-SM peak is 2.9x theirs (0.367 of it: 1.06x)."""
     rate = np.where(np.isnan(dc.fp32_sustained), 0.5, dc.fp32_sustained)
     doubled = (dc.fp32_issue_share > 0.5) & (dc.amd == 0)  # AMD CUs: another issue model
-    return np.where(doubled, np.maximum(0.5, rate), 1.0)
+    return np.where(doubled, rate, 1.0)

@@ -48,16 +48,17 @@ SPLIT_PARTIAL_ITEMSIZE = 4.0
 # extrapolated badly in leave-one-GPU-out validation (docs/predictor.md).
 _DEVICE = ("log2_sms", "log2_l2_mb", "log2_itemsize_bytes", "amd", "log2_watts_per_tflop",
            "base_clock_ratio")
-# The conv family leaves out the board power per FLOP and the base clock ratio. Its data covers
-# five GPUs, and there both name the GPU: the A100 PCIe 40GB (12.8 W/TFLOP, base / boost 0.54,
-# no conv data) sits between the T4 and the P4 and took their throttled rates even on 1x1
-# convs that keep 8 of its 108 SMs busy, where board power cannot bind (1.3x the A100 PCIe
-# 80GB's time on one chip at one boost clock). The clocks enter the compute term instead
-# (``sustained_clock``). Leave-one-GPU-out on held-out conv shapes (fold means, seeds 0, 3
-# and 6, the fastest candidate algorithm, the 0.3 quantile): every device feature 18.5 %,
-# without the power 18.2; with the clock term and without both 16.9 (keeping the base clock
-# ratio too: 16.5).
-_CONV_DEVICE = tuple(f for f in _DEVICE if f not in ("log2_watts_per_tflop", "base_clock_ratio"))
+# The conv MLP sees no device but the dtype width and the vendor: the GPU reaches it through
+# the work terms alone (peak and SMs in whole waves, the sustained clock and FP32 lanes,
+# bandwidth, the L2). Its data covers five GPUs, and there every descriptor named the GPU:
+# the A100 PCIe 40GB (12.8 W/TFLOP, base / boost 0.54, no conv data) sat between the T4 and
+# the P4 on power and clock and took their throttled rates even on 1x1 convs that keep 8 of
+# its 108 SMs busy (1.3x the A100 PCIe 80GB's time on one chip at one boost clock).
+# Leave-one-GPU-out on held-out conv shapes (fold means, seeds 0, 3 and 6, the fastest
+# candidate algorithm, clocks in the compute term, the 0.4 quantile): with SM count and L2
+# size still in 16.5 %, without the L2 16.2, without the SMs 16.2, without both 15.5; the
+# median fit then 15.1 (docs/predictor.md, "Convolutions", "Which quantile").
+_CONV_DEVICE = ("log2_itemsize_bytes", "amd")
 _ROW = ("log2_cols", "log2_threads", "rows_per_block", "lane_efficiency", "l1_rows")
 # What the fixed-cost and per-wave setup heads may not see: the matmul tile and layout (a
 # tile switch must not change them), and for the fixed cost the device too (tiny kernels cost
