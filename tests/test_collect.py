@@ -58,6 +58,7 @@ def test_collect_on_cpu_writes_dataset_schema(tmp_path, shapes_file):
     assert float(row["Latency Fastest Mean"]) <= float(row["Latency"]) * 1.0001
     assert "bmm" in row["Kernel Name"]
     assert row["SM Clock MHz"] == ""  # no GPU clock on the CPU
+    assert row["Kernels GPU ms"] == ""  # no CUPTI kernel durations either
     conv = _rows(out, "conv")
     assert conv[0]["Kernel_Szie"] == "3" and (conv[0]["Groups"], conv[0]["Channels_Last"]) == (
         "1", "0")  # the 7-column row takes the defaults
@@ -77,6 +78,15 @@ def test_collect_is_resumable(tmp_path, shapes_file):
     assert r.exit_code == 0, r.output
     assert "measured 10 kernels, 10 already" in r.output
     assert len(_rows(out, "add")) == 2  # fp32 kept, bf16 appended
+
+
+def test_collect_stops_at_its_time_budget_and_resumes(tmp_path, shapes_file):
+    out = tmp_path / "out"
+    r = _collect(out, shapes_file, "--budget-s", "0")
+    assert r.exit_code == 0, r.output
+    assert "measured 0 kernels" in r.output and "10 left for the next run" in r.output
+    r = _collect(out, shapes_file)
+    assert "measured 10 kernels, 0 already" in r.output and "left" not in r.output
 
 
 @pytest.mark.parametrize("args, message", [

@@ -268,8 +268,10 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
               help="torch device: cuda:N, or cpu to test the collection without a GPU.")
 @click.option("--device-info", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON of device fields to record (peaks, bandwidth, clock) with sources.")
+@click.option("--budget-s", type=click.FloatRange(min=0), default=None,
+              help="Stop after this many seconds (a leased GPU's time box); rerun to resume.")
 def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repeats: int,
-            device_spec: str, device_info: Path | None) -> None:
+            device_spec: str, device_info: Path | None, budget_s: float | None) -> None:
     """Measure kernels on your own device, to train or calibrate the predictor.
 
     Times each op with CUDA events after warm-up (median and mean of the fastest runs),
@@ -282,11 +284,13 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
     Example:
       tilecast collect --out my-h100 --dtype bf16,fp16 --ops matmul,linear
       tilecast collect --out /tmp/cpu-test --device cpu --shapes shapes.csv --repeats 3
+      tilecast collect --out my-h100 --dtype bf16 --ops conv --budget-s 300
     """
     from .collect.cli import collect_command
 
     summary = collect_command(out_dir, ops, dtypes, shapes, per_op, repeats, device_spec,
-                              device_info, echo=lambda m: click.echo(m, err=True))
+                              device_info, echo=lambda m: click.echo(m, err=True),
+                              budget_s=budget_s)
     click.echo(summary)
 
 

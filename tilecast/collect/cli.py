@@ -48,7 +48,7 @@ def _device_info(path: Path | None) -> dict | None:
 
 def collect_command(out: Path, ops: str, dtypes: str, shapes: str, per_op: int, repeats: int,
                     device_spec: str, device_info: Path | None,
-                    echo: Callable[[str], None]) -> str:
+                    echo: Callable[[str], None], budget_s: float | None = None) -> str:
     from .runner import run_collection
 
     op_names, dts = parse_ops(ops), parse_dtypes(dtypes)
@@ -62,7 +62,9 @@ def collect_command(out: Path, ops: str, dtypes: str, shapes: str, per_op: int, 
             print(f"[{i}/{n}] {label}".ljust(60), end=end, file=sys.stderr, flush=True)
 
     res = run_collection(out, shape_list, dts, device_spec=device_spec, repeats=repeats,
-                         device_info=info, progress=progress)
+                         device_info=info, progress=progress, budget_s=budget_s)
+    left = (f", {res.left_for_next_run} left for the next run (--budget-s ran out)"
+            if res.left_for_next_run else "")
     return (f"{res.device}: measured {res.measured} kernels, {res.skipped_existing} already in "
-            f"{out}, {res.skipped_too_large} skipped as too large; files: "
+            f"{out}, {res.skipped_too_large} skipped as too large{left}; files: "
             + ", ".join(str(f) for f in res.files))

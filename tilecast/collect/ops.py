@@ -185,6 +185,9 @@ def measure(shape: Shape, dtype: str, device, repeats: int) -> Timing:
     fn = build(shape, dtype, device)
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
     torch.backends.cudnn.allow_tf32 = dtype == "tf32"
+    # cuDNN tries its algorithms and keeps the fastest, as the shared conv sweep was recorded
+    # (docs/predictor.md, "Convolutions"): the first warm-up call pays for the search.
+    torch.backends.cudnn.benchmark = True
     with torch.no_grad():
         times = time_callable(fn, device, repeats)
         clock = sm_clock_mhz(device)  # before profiling: the state the timings ran in
@@ -194,7 +197,8 @@ def measure(shape: Shape, dtype: str, device, repeats: int) -> Timing:
     args = main.get("args", {})
     grid = tuple(args.get("grid", (0, 0, 0)))
     block = tuple(args.get("block", (0, 0, 0)))
-    return Timing(median, fastest, tuple(names), main.get("name", ""), grid, block, clock)
+    gpu = sum(e.get("dur", 0) for e in events) * 1e-3 if device.type == "cuda" else None
+    return Timing(median, fastest, tuple(names), main.get("name", ""), grid, block, clock, gpu)
 
 
 def versions(device) -> dict[str, str]:

@@ -24,7 +24,7 @@ from .timing import Timing, device_label, resolve_device, time_callable, torch_m
 BASE_COLUMNS = ("OPName", "Latency", "Device", "Torch Version", "CUDNN Version", "Kernel Name",
                 "Warps per SM", "Blocks per SM", "Grid x", "Grid y", "Grid z", "Block x",
                 "Block y", "Block z", "CUDA Version", "Kernels")
-EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats", "SM Clock MHz")
+EXTRA_COLUMNS = ("dtype", "Latency Fastest Mean", "Repeats", "SM Clock MHz", "Kernels GPU ms")
 
 
 def columns(op: str) -> tuple[str, ...]:
@@ -54,6 +54,7 @@ def row_for(shape: Shape, dtype: str, device_name: str, timing: Timing, versions
         "Kernels": ";" + ";".join(timing.kernels), **shape.named, "dtype": dtype,
         "Latency Fastest Mean": timing.fastest_mean_ms, "Repeats": repeats,
         "SM Clock MHz": "" if timing.sm_clock_mhz is None else timing.sm_clock_mhz,
+        "Kernels GPU ms": "" if timing.kernels_gpu_ms is None else timing.kernels_gpu_ms,
     }
 
 
@@ -106,6 +107,7 @@ class CollectResult:
     skipped_existing: int
     skipped_too_large: int
     files: tuple[Path, ...]
+    left_for_next_run: int = 0  # pending when the time budget ran out
 
 
 def _measured_peaks(device) -> tuple[float, float]:
@@ -166,9 +168,14 @@ def describe_device(device, name: str, user: dict | None = None) -> dict:
 def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, device_spec: str,
                    repeats: int, device_info: dict | None = None,
                    progress: Callable[[int, int, str], None] | None = None,
-                   max_input_gb: float | None = None) -> CollectResult:
-    """Measure every pending (shape, dtype) and append it to the CSVs under ``out``."""
+                   max_input_gb: float | None = None,
+                   budget_s: float | None = None) -> CollectResult:
+    """Measure every pending (shape, dtype) and append it to the CSVs under ``out``.
+
+    ``budget_s`` stops before the next shape once that many seconds have passed (a leased GPU's
+    time box); what was measured stays, and a rerun resumes with the rest."""
     import json
+    import time
 
     from . import ops as collect_ops
 
@@ -182,7 +189,10 @@ def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, d
     todo = pending(shapes, dtypes, sink)
     limit = (max_input_gb or (0.4 * desc["memory_gb"] if device.type == "cuda" else 2.0)) * 1e9
     vers, measured, too_large = collect_ops.versions(device), 0, 0
+    stop_at = None if budget_s is None else time.monotonic() + budget_s
     for i, (shape, dtype) in enumerate(todo, 1):
+        if stop_at is not None and time.monotonic() >= stop_at:
+            break
         if progress:
             progress(i, len(todo), f"{shape.op} {dtype} {'x'.join(map(str, shape.dims))}")
         if collect_ops.input_bytes(shape, dtype) > limit:
@@ -194,4 +204,5 @@ def run_collection(out: Path, shapes: list[Shape], dtypes: tuple[str, ...], *, d
         measured += 1
     files = tuple(sorted({sink.path(s.op) for s in shapes if sink.path(s.op).exists()}))
     planned = sum(len(dtypes_for(s.op, dtypes)) for s in shapes)
-    return CollectResult(name, measured, planned - len(todo), too_large, files)
+    return CollectResult(name, measured, planned - len(todo), too_large, files,
+                         len(todo) - measured - too_large)

@@ -25,6 +25,11 @@ class Timing:
     # the same GEMMs 1.1-1.2x apart on the P100, V100 and T4 while their memory-bound rows
     # agree (benchmarks/data_consistency.py, check 5), which a clock difference would explain.
     sm_clock_mhz: int | None = None
+    # The GPU time of the profiled call's kernels, summed (CUPTI's durations: the kernels' own
+    # time, without the host's dispatch and launch that a CUDA-event timing around one call
+    # holds; on an H100 VM host those put the shortest kernels at 19-35 us, while in a CUDA
+    # graph such kernels take 1-3 us, datasets/h100-sxm5-80gb/README.md). None on the CPU.
+    kernels_gpu_ms: float | None = None
 
 
 def torch_module():

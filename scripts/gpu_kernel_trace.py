@@ -1,0 +1,178 @@
+"""Per-kernel GPU time on a leased GPU: the in-graph floor of tiny kernels, and whole-model traces.
+
+usage: python scripts/gpu_kernel_trace.py OUT [--device cuda:0]
+
+1. ``floor.csv``: N back-to-back launches of one tiny op, (a) captured in one CUDA graph and
+   replayed, (b) queued eagerly without a sync: time per launch. (a) is the GPU time a kernel
+   costs in a graph runtime with nothing to do, which single-call timings (CUDA events around
+   one launch on an idle GPU) cannot separate from the host's launch.
+2. ``trace-<model>-<runtime>-b<batch>.csv``: every kernel of one forward in bf16 from the torch
+   profiler (name, GPU start and duration in us, grid, block), eager and replayed from a CUDA
+   graph, with the forward's wall time: the per-node data `tilecast evaluate --by-family` and
+   the graph-runtime diagnosis need.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+N_LAUNCH = 400
+
+
+def _per_launch_us(fn, n: int, graph: bool) -> float:
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(g):
+            for _ in range(n):
+                fn()
+        run = g.replay
+    else:
+        def run() -> None:
+            for _ in range(n):
+                fn()
+    times = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3 / n)
+    return sorted(times)[len(times) // 2]
+
+
+def tiny_ops(dev) -> dict:
+    bf = torch.bfloat16
+    x = torch.rand(128, device=dev, dtype=bf)
+    big = torch.rand(1 << 20, device=dev, dtype=bf)
+    a, w = torch.rand(8, 256, device=dev, dtype=bf), torch.rand(256, 256, device=dev, dtype=bf)
+    img = torch.rand(1, 64, 14, 14, device=dev, dtype=bf)
+    k1 = torch.rand(64, 64, 1, 1, device=dev, dtype=bf)
+    k3 = torch.rand(64, 64, 3, 3, device=dev, dtype=bf)
+    nhwc = img.to(memory_format=torch.channels_last)
+    k3l = k3.to(memory_format=torch.channels_last)
+    return {"add 128 bf16": lambda: x + x, "relu 128 bf16": lambda: F.relu(x),
+            "add 1M bf16": lambda: big + big, "linear 8x256x256 bf16": lambda: F.linear(a, w),
+            "conv1x1 1x64x14x14 NCHW": lambda: F.conv2d(img, k1),
+            "conv3x3 1x64x14x14 NCHW": lambda: F.conv2d(img, k3, padding=1),
+            "conv3x3 1x64x14x14 NHWC": lambda: F.conv2d(nhwc, k3l, padding=1)}
+
+
+def floors(out: Path, dev) -> None:
+    torch.backends.cudnn.benchmark = True
+    rows = []
+    with torch.inference_mode():
+        for name, fn in tiny_ops(dev).items():
+            try:
+                g, e = _per_launch_us(fn, N_LAUNCH, True), _per_launch_us(fn, N_LAUNCH, False)
+                rows.append({"op": name, "graph_us_per_launch": g, "eager_us_per_launch": e})
+                print(f"floor {name}: graph {g:.2f} us, eager queued {e:.2f} us", flush=True)
+            except Exception as exc:  # one op must not cost the others
+                print(f"floor {name}: FAILED {type(exc).__name__}: {exc}", flush=True)
+    _write(out / "floor.csv", rows)
+
+
+def _write(path: Path, rows: list[dict]) -> None:
+    if rows:
+        with path.open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def _kernels(prof) -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        events = json.loads(path.read_text()).get("traceEvents", [])
+    ks = [e for e in events if e.get("cat") == "kernel" and e.get("ph") == "X"]
+    t0 = min((e["ts"] for e in ks), default=0)
+    return [{"name": e["name"], "start_us": e["ts"] - t0, "dur_us": e.get("dur", 0),
+             "grid": "x".join(map(str, e.get("args", {}).get("grid", []))),
+             "block": "x".join(map(str, e.get("args", {}).get("block", [])))} for e in ks]
+
+
+def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
+          layers: int | None = None) -> None:
+    from torch.profiler import ProfilerActivity, profile
+
+    from tilecast.exporters.api import build_module
+
+    built = build_module(model, batch=batch, seq=seq, dtype="bfloat16", layers=layers,
+                         device=str(dev))
+    module, inputs = built.module.eval(), dict(built.inputs)
+
+    def forward():
+        with torch.inference_mode():
+            return module(**inputs)
+
+    run = forward
+    if runtime == "graph":
+        from tilecast.collect.labels import _graph_replay
+
+        run = _graph_replay(forward, dev)
+    for _ in range(5):
+        run()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        run()
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t) * 100
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    ks = _kernels(prof)
+    busy = sum(k["dur_us"] for k in ks) / 1e3
+    span = max((k["start_us"] + k["dur_us"] for k in ks), default=0) / 1e3
+    name = f"trace-{model}-{runtime}-b{batch}.csv"
+    _write(out / name, ks)
+    print(f"trace {model} {runtime} b{batch}: {len(ks)} kernels, busy {busy:.3f} ms, "
+          f"span {span:.3f} ms, wall {wall_ms:.3f} ms per forward", flush=True)
+
+
+TRACES = (("resnet-50", 1, None, "graph", None), ("resnet-50", 1, None, "eager", None),
+          ("resnet-50", 32, None, "graph", None), ("resnet-50", 256, None, "graph", None),
+          ("mobilenet-v3-large", 1, None, "graph", None),
+          ("bert-large", 8, 512, "eager", None), ("llama-3-8b", 1, 2048, "eager", 4))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--device", default="cuda:0")
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    dev = torch.device(a.device)
+    floors(a.out, dev)
+    for model, b, s, rt, layers in TRACES:
+        try:
+            trace(a.out, model, b, s, rt, dev, layers)
+        except Exception as exc:
+            print(f"trace {model} {rt} b{b}: FAILED {type(exc).__name__}: {str(exc)[:300]}",
+                  flush=True)
+        torch.cuda.empty_cache()
+
+
+if __name__ == "__main__":
+    main()
