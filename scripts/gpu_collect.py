@@ -78,28 +78,28 @@ def decode_linears() -> list[Shape]:
 # (model, batch, seq, mode, runtime, layers): the plan's models at two batch sizes, eager and
 # as one CUDA graph, and a bf16 training step.
 LABELS = (("resnet-50", 1, None, "inference", "eager", None),
-          ("resnet-50", 1, None, "inference", "graph", None),
+          ("resnet-50", 1, None, "inference", "cudagraph", None),
           ("resnet-50", 256, None, "inference", "eager", None),
           ("bert-large", 8, 512, "inference", "eager", None),
-          ("bert-large", 8, 512, "inference", "graph", None),
+          ("bert-large", 8, 512, "inference", "cudagraph", None),
           ("gpt2-large", 4, 1024, "inference", "eager", None),
           ("llama-3-8b", 1, 2048, "inference", "eager", 4),
           ("bert-large", 8, 512, "training", "eager", None),
           ("bert-large", 1, 128, "inference", "eager", None),
           ("mobilenet-v3-large", 1, None, "inference", "eager", None),
-          ("mobilenet-v3-large", 1, None, "inference", "graph", None),
+          ("mobilenet-v3-large", 1, None, "inference", "cudagraph", None),
           ("resnet-50", 32, None, "inference", "eager", None),
           ("gpt2-large", 1, 1024, "inference", "eager", None),
-          ("llama-3-8b", 1, 2048, "inference", "graph", 4),
-          ("resnet-50", 256, None, "inference", "graph", None))
+          ("llama-3-8b", 1, 2048, "inference", "cudagraph", 4),
+          ("resnet-50", 256, None, "inference", "cudagraph", None))
 
 
 # A second lease: more batch sizes of the same models, for a per-batch bf16 table.
 MORE_LABELS = (
     *(("resnet-50", b, None, "inference", rt, None) for b in (2, 8, 64, 128)
-      for rt in ("eager", "graph")),
+      for rt in ("eager", "cudagraph")),
     *(("mobilenet-v3-large", b, None, "inference", rt, None) for b in (8, 64, 256)
-      for rt in ("eager", "graph")),
+      for rt in ("eager", "cudagraph")),
     *(("vit-base", b, None, "inference", "eager", None) for b in (1, 8, 32, 128)),
     *(("bert-large", b, s, "inference", "eager", None) for b, s in ((1, 512), (2, 512),
                                                                     (4, 512), (16, 512),

@@ -127,7 +127,7 @@ def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
             return module(**inputs)
 
     run = forward
-    if runtime == "graph":
+    if runtime == "cudagraph":
         from tilecast.collect.labels import _graph_replay
 
         run = _graph_replay(forward, dev)
@@ -151,9 +151,9 @@ def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
           f"span {span:.3f} ms, wall {wall_ms:.3f} ms per forward", flush=True)
 
 
-TRACES = (("resnet-50", 1, None, "graph", None), ("resnet-50", 1, None, "eager", None),
-          ("resnet-50", 32, None, "graph", None), ("resnet-50", 256, None, "graph", None),
-          ("mobilenet-v3-large", 1, None, "graph", None),
+TRACES = (("resnet-50", 1, None, "cudagraph", None), ("resnet-50", 1, None, "eager", None),
+          ("resnet-50", 32, None, "cudagraph", None), ("resnet-50", 256, None, "cudagraph", None),
+          ("mobilenet-v3-large", 1, None, "cudagraph", None),
           ("bert-large", 8, 512, "eager", None), ("llama-3-8b", 1, 2048, "eager", 4))
 
 

@@ -80,8 +80,9 @@ def test_collected_label_is_evaluated_as_it_ran(tmp_path, config):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--runtime", "graph"], "CUDA graph of the forward: inference on a CUDA device only"),
-    (["--mode", "training", "--runtime", "graph"], "inference on a CUDA device only"),
+    (["--runtime", "cudagraph"], "CUDA graph of the forward: inference on a CUDA device only"),
+    (["--runtime", "graph"], "Invalid value for '--runtime'"),
+    (["--mode", "training", "--runtime", "cudagraph"], "inference on a CUDA device only"),
     (["--dtype", "int8"], "Invalid value for '--dtype'"),
 ])
 def test_bad_input_is_one_error_line(tmp_path, config, args, message):

@@ -160,17 +160,17 @@ def test_labels_carry_their_dtype_and_runtime(tmp_path):
     (models / "gpt2_large.json").write_text('{"model_type": "gpt2"}')
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4.json", {"e2e_latency": 9.0})
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-8.json",
-           {"e2e_latency": 9.0, "dtype": "bfloat16", "runtime": "graph"})
+           {"e2e_latency": 9.0, "dtype": "bfloat16", "runtime": "cudagraph"})
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-16.json",
            {"e2e_latency": 9.0, "dtype": "int8"})
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-32.json",
            {"e2e_latency": 9.0, "runtime": "xla"})
     found, skipped = discover_labels(labels, models)
     assert [(lb.batch, lb.dtype, lb.runtime) for lb in found] == [
-        (4, "float32", "eager"), (8, "bfloat16", "graph")]
+        (4, "float32", "eager"), (8, "bfloat16", "cudagraph")]
     reasons = sorted(s.reason for s in skipped)
     assert reasons[0].startswith("dtype must be one of float32, float16, bfloat16, got 'int8'")
-    assert reasons[1].startswith("runtime must be one of eager, graph, got 'xla'")
+    assert reasons[1].startswith("runtime must be one of eager, graph, cudagraph, got 'xla'")
 
 
 def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeypatch):

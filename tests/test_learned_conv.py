@@ -228,7 +228,7 @@ def test_a_conv_on_another_model_keeps_the_conv_calls_host_dispatch(dtype):
     """A tensor-core conv is costed on the matmul model's implicit-GEMM view, but the host
     still issues one cuDNN call: its dispatch is the conv family's, as for an fp32 conv (so
     the host floor of an eager pass does not depend on the math mode); the same GEMM as a
-    MatMul keeps the matmul family's."""
+    MatMul keeps the matmul family's (its GPU time has no layout transposes)."""
     from dataclasses import replace
 
     from tilecast.device_db.loader import load_device
@@ -243,7 +243,8 @@ def test_a_conv_on_another_model_keeps_the_conv_calls_host_dispatch(dtype):
     nvidia_mm, _ = pred.host_dispatch_ms["matmul"]
     assert fp32.host_ms == pytest.approx(nvidia_conv) and fp16.host_ms == pytest.approx(nvidia_conv)
     assert mm.host_ms == pytest.approx(nvidia_mm) and nvidia_mm < nvidia_conv
-    assert fp16.latency_ms >= nvidia_conv and fp16.gpu_ms == pytest.approx(mm.gpu_ms)
+    # the GPU time is the GEMM's plus cuDNN's NCHW layout transposes (test_tensor_core.py)
+    assert fp16.latency_ms >= nvidia_conv and fp16.gpu_ms > mm.gpu_ms
 
 
 CONV_HEADER = ["OPName", "Latency", "Device", "Kernel Name", "Kernels", "B", "Input_Channel",

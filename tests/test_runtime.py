@@ -116,6 +116,20 @@ def test_graph_runtime_folds_inference_batch_norm_into_the_conv():
     assert [k.kernel.op_type for k in eager.kernels] == ["Conv", "BatchNormalization", "Relu"]
 
 
+def test_cudagraph_replays_every_eager_kernel_without_the_host():
+    # torch.cuda.graphs captures what eager launches, batch norm included (an H100 ResNet-50
+    # replay runs 106 batch-norm kernels), and drops the host's dispatch
+    model = onnx.parser.parse_model(CONV_BN)
+    for device in ("t4", "h100-sxm"):
+        runs = {rt: tilecast.analyze(model, device, predictor="learned", runtime=rt)
+                for rt in ("eager", "cudagraph", "graph")}
+        ops = {rt: [k.kernel.op_type for k in f.kernels] for rt, f in runs.items()}
+        assert ops["cudagraph"] == ops["eager"] == ["Conv", "BatchNormalization", "Relu"]
+        assert runs["cudagraph"].zero_cost == {}
+        assert runs["graph"].total_ms < runs["cudagraph"].total_ms < runs["eager"].total_ms
+        assert runs["cudagraph"].runtime == "cudagraph"
+
+
 def test_fold_reason_names_the_graph_runtime():
     from tilecast.analyzer.analysis import cost_graph
     from tilecast.analyzer.graph import build_graph

@@ -108,3 +108,58 @@ def test_monotone_across_the_ridge_point(device: str) -> None:
     kernels = [_gemm(m, n=4096, k=4096) for m in range(8, 1025, 8)]
     lat = [p.latency_ms for p in default_predictor().predict(kernels, dev)]
     assert lat == sorted(lat)
+
+
+def _conv(n: int, c: int, k: int, size: int, r: int, dtype: str = "bfloat16") -> Kernel:
+    from tilecast.analyzer.types import ConvDims
+
+    p = size  # stride 1, "same" padding
+    x, w, y = 2 * n * c * size * size, 2 * k * c * r * r, 2 * n * k * p * p
+    cost = OpCost("conv", 2 * n * k * p * p * c * r * r, x + w + y, dtype, "matrix",
+                  matmul=MatmulDims(1, n * p * p, k, c * r * r), elements=n * k * p * p,
+                  conv=ConvDims(n, c, k, size, size, p, p, r, r, pad=r // 2))
+    return Kernel("conv", ("conv",), "Conv", cost)
+
+
+def _as_gemm(conv: Kernel) -> Kernel:
+    return Kernel("mm", ("mm",), "MatMul", replace(conv.cost, conv=None, family="matmul"))
+
+
+@pytest.mark.parametrize("device", ["h100-sxm5-80gb", "a100-sxm4-80gb", "l4"])
+def test_an_nchw_tensor_core_conv_pays_for_its_layout_transposes(device: str) -> None:
+    # 32 x 256 x 56 x 56 -> 256 channels, 3x3 in bf16: X and Y are 51.4 MB each; cuDNN
+    # transposes X in and Y out (nchwToNhwcKernel / nhwcToNchwKernel, each NCHW bf16 conv
+    # measured on the H100): 2 x (51.4 + 51.4) MB streamed in series with the GEMM.
+    dev = load_device(device)
+    conv = _conv(32, 256, 256, 56, 3)
+    pred = default_predictor()
+    with_layout, gemm = (pred.predict([k], dev)[0] for k in (conv, _as_gemm(conv)))
+    moved = 2 * (2 * 32 * 256 * 56 * 56) * 2
+    floor_ms = moved / dev.mem_bandwidth_gbps * 1e-6  # those bytes at the datasheet bandwidth
+    assert with_layout.gpu_ms - gemm.gpu_ms > floor_ms
+    assert with_layout.gpu_ms - gemm.gpu_ms < 2.5 * floor_ms
+
+
+def test_a_pointwise_conv_runs_on_nchw_as_it_stands() -> None:
+    # 1x1 stride 1: Y_n = W X_n is a GEMM on NCHW (40 of 44 such H100 rows had no transpose)
+    h100 = load_device("h100-sxm5-80gb")
+    conv = _conv(32, 256, 256, 56, 1)
+    pred = default_predictor()
+    assert pred.predict([conv], h100)[0].gpu_ms == pytest.approx(
+        pred.predict([_as_gemm(conv)], h100)[0].gpu_ms)
+
+
+def test_no_layout_transposes_off_the_nvidia_matrix_path() -> None:
+    pred = default_predictor()
+    mi = load_device("mi210")  # no AMD 16-bit conv was measured: its kernels are unknown
+    conv = _conv(8, 128, 128, 28, 3)
+    assert pred.predict([conv], mi)[0].gpu_ms == pytest.approx(
+        pred.predict([_as_gemm(conv)], mi)[0].gpu_ms)
+
+
+@pytest.mark.parametrize("device", ["h100-sxm5-80gb", "t4"])
+def test_nchw_conv_forecast_grows_with_the_batch(device: str) -> None:
+    dev = load_device(device)
+    lat = [p.latency_ms for p in default_predictor().predict(
+        [_conv(n, 64, 64, 56, 3) for n in (1, 2, 4, 8, 16, 32, 64, 128)], dev)]
+    assert lat == sorted(lat)

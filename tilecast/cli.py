@@ -114,8 +114,9 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
 @click.option("--predictor", default="default", show_default=True,
               help="default (learned if shipped), learned, roofline, or a .onnx path.")
 @click.option("--runtime", type=click.Choice(RUNTIMES), default="eager", show_default=True,
-              help="eager (per-kernel host dispatch, as Hugging Face generate) or graph (CUDA "
-                   "graphs, as serving engines run decode).")
+              help="eager (per-kernel host dispatch, as Hugging Face generate), cudagraph "
+                   "(CUDA graphs, as serving engines run decode) or graph (compiled, "
+                   "TensorRT-style).")
 @click.option("--batch", "batches", help="Sequences per batch instead of the graph's; several "
               "(e.g. 1,8,32,128) print one row each: latency against throughput.")
 @click.option("--tp", type=click.IntRange(min=1), default=1, show_default=True,

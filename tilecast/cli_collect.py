@@ -21,8 +21,9 @@ import click
               type=click.Choice(["inference", "training"]),
               help="A forward pass, or a forward and backward (no optimizer).")
 @click.option("--runtime", default="eager", show_default=True,
-              type=click.Choice(["eager", "graph"]),
-              help="eager PyTorch, or one CUDA graph of the forward (inference).")
+              type=click.Choice(["eager", "cudagraph"]),
+              help="eager PyTorch, or one CUDA graph of the forward (inference; scored by "
+                   "tilecast's cudagraph runtime).")
 @click.option("--attn", default="eager", show_default=True, type=click.Choice(["eager", "sdpa"]),
               help="Attention: eager (matmul, softmax, matmul) or PyTorch's fused SDPA.")
 @click.option("--layers", type=click.IntRange(min=1),
@@ -45,7 +46,7 @@ def collect_labels(model: str, out_dir: Path, batch: int | None, seq: int | None
     \b
     Example:
       tilecast collect-labels bert-large -b 8 -s 512 --dtype bf16 --out my-h100
-      tilecast collect-labels llama-3-8b -b 1 -s 2048 --layers 4 --runtime graph --out my-h100
+      tilecast collect-labels llama-3-8b -b 1 -s 2048 --layers 4 --runtime cudagraph --out my-h100
       tilecast evaluate my-h100/labels-bfloat16-eager
     """
     from .collect.labels import collect_label

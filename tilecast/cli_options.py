@@ -107,8 +107,9 @@ def model_options(fn: Callable) -> Callable:
                           "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
                           "graph under torch.autocast, casts costed)."),
         click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
-                     help="eager (per-kernel host dispatch; default) or graph (CUDA graphs / "
-                          "XLA / TensorRT-style: no dispatch floor, BN folded into Conv)."),
+                     help="eager (per-kernel host dispatch; default), cudagraph (torch.cuda."
+                          "graphs replay: no dispatch floor) or graph (XLA / TensorRT-style: "
+                          "no dispatch floor, BN folded into Conv)."),
     )):
         fn = opt(fn)
     return fn

@@ -12,7 +12,7 @@ the label's dtype, so the program measured is the one ``tilecast export`` foreca
 layers in their static form, ``exporters.moe``). Inference runs under ``torch.inference_mode``
 in eval mode; a training step is the forward and the backward of the output's sum (no
 optimizer), timed whole and forward alone, as NeuSight's labels record ``fw_latency`` and
-``bwall_latency``. ``runtime="graph"`` replays one CUDA graph of the forward (inference).
+``bwall_latency``. ``runtime="cudagraph"`` replays one CUDA graph of the forward (inference).
 torch is imported lazily (the ``[collect]`` extra).
 """
 
@@ -30,7 +30,7 @@ from .timing import device_label, resolve_device, sm_clock_mhz, time_callable, t
 
 SHORT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 MODES = {"inference": "inf", "training": "train"}
-LABEL_RUNTIMES = ("eager", "graph")
+LABEL_RUNTIMES = ("eager", "cudagraph")
 
 
 @dataclass(frozen=True)
@@ -51,10 +51,10 @@ def _check(dtype: str, mode: str, runtime: str, device) -> str:
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
     if runtime not in LABEL_RUNTIMES:
-        raise ConfigError(f"unknown runtime {runtime!r}: choose from eager, graph")
-    if runtime == "graph" and (mode != "inference" or device.type != "cuda"):
-        raise ConfigError("--runtime graph replays a CUDA graph of the forward: inference on "
-                          "a CUDA device only")
+        raise ConfigError(f"unknown runtime {runtime!r}: choose from eager, cudagraph")
+    if runtime == "cudagraph" and (mode != "inference" or device.type != "cuda"):
+        raise ConfigError("--runtime cudagraph replays a CUDA graph of the forward: inference "
+                          "on a CUDA device only")
     return SHORT_DTYPES[dtype]
 
 
@@ -97,7 +97,7 @@ def _timers(module: Any, inputs: dict, mode: str, runtime: str, device
             with torch.inference_mode():
                 return module(**inputs)
 
-        return (_graph_replay(forward, device) if runtime == "graph" else forward), None
+        return (_graph_replay(forward, device) if runtime == "cudagraph" else forward), None
     module.train()
 
     def step() -> None:

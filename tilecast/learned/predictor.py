@@ -169,30 +169,34 @@ class OnnxPredictor:
         self._conv_dispatch(family, conv, terms, device)
         tc = self._matrix_units(family, f, p, device)
         if tc is not None:
-            s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction,
-                                      self._stream_ms(f, tc, p, device), terms["fixed"],
-                                      terms["host"])
+            stream = self._stream_ms(f.dram_ms[tc], f.cached_ms[tc], p, tc, device)
+            moved = tensor_core.nchw_transpose_bytes(p, tc, conv[tc], device.vendor)
+            transposes = np.where(moved > 0, self._stream_ms(
+                moved / device.mem_bandwidth_gbps * 1e-6, np.zeros_like(moved), p, tc,
+                device), 0.0)
+            s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
+                                      terms["fixed"], terms["host"], transposes)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
                                 ("compute", s.compute_ms), ("memory", s.memory_ms)):
                 terms[key][tc] = values
         return terms
 
-    def _stream_ms(self, f: ft.Features, mask: np.ndarray, p: Parts,
-                   device: Device) -> np.ndarray:
-        """The busy time of the device's streaming kernels for the bytes of the rows ``mask``
-        (``tensor_core.py``): the elementwise model on a copy of as many bytes, split between
-        DRAM and the L2 as the GEMM's are."""
+    def _stream_ms(self, dram_ms: np.ndarray, cached_ms: np.ndarray, p: Parts,
+                   mask: np.ndarray, device: Device) -> np.ndarray:
+        """The busy time of the device's streaming kernels for bytes that take ``dram_ms``
+        from DRAM and ``cached_ms`` from the L2 at peak, one per row of ``mask``
+        (``tensor_core.py``): the elementwise model on a copy of as many bytes."""
         n = int(mask.sum())
         dtype, itemsize = p.dtype[mask], p.itemsize[mask]
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), dtype,
                                np.full(n, "vector", dtype=object))
-        dram, cached = f.dram_ms[mask], f.cached_ms[mask]
-        elements = np.maximum((dram + cached) * 1e-3 * dc.bandwidth / (2.0 * itemsize), 1.0)
+        elements = np.maximum((dram_ms + cached_ms) * 1e-3 * dc.bandwidth / (2.0 * itemsize),
+                              1.0)
         zeros = np.zeros(n)
         kc = ft.KernelColumns(zeros, 2.0 * elements * itemsize, itemsize, elements, zeros,
                               zeros, zeros, zeros, zeros, zeros, zeros, zeros)
-        copy = replace(ft.build_features("elementwise", kc, dc), dram_ms=dram,
-                       cached_ms=cached)
+        copy = replace(ft.build_features("elementwise", kc, dc), dram_ms=dram_ms,
+                       cached_ms=cached_ms)
         io = io_names("elementwise")
         outs = self._run({fam: (copy if fam == "elementwise" else _empty(fam),)
                           for fam in self.ranges})

@@ -56,12 +56,35 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     return top * ((a / top) ** p + (b / top) ** p) ** (1.0 / p)
 
 
+def nchw_transpose_bytes(p, mask: np.ndarray, conv: np.ndarray, vendor: str) -> np.ndarray:
+    """Bytes cuDNN's layout transposes move around an NCHW tensor-core convolution, one per row
+    of ``mask`` (``conv``: the row is a convolution's implicit GEMM, m = N P Q, n = K,
+    k = C R S). The matrix-unit kernels run on NHWC: a bf16 NCHW conv on an H100 launches
+    ``nchwToNhwcKernel`` for X and W before the GEMM and ``nhwcToNchwKernel`` for Y after it
+    (datasets/h100-sxm5-80gb: 186 of 221 NCHW rows that are not 1x1 stride 1, and every
+    3x3 and strided conv of ResNet-50's batch-1 trace; no channels-last row). A 1x1 stride-1
+    conv is a GEMM on NCHW as it stands (Y_n = W X_n) and runs without them (40 of 44 rows):
+    it is the conv whose X holds exactly m k elements (each output pixel reads its own input
+    pixel once). X and Y are each read and written once more, as ``conv.algorithm_work``
+    counts them for the conv model; W is small beside them. An ONNX Conv is NCHW. NVIDIA
+    only: no AMD 16-bit conv was measured."""
+    if vendor != "nvidia":
+        return np.zeros(int(mask.sum()))
+    itemsize = p.itemsize[mask]
+    y = itemsize * p.m[mask] * p.n[mask]
+    x = np.maximum(p.bytes[mask] - itemsize * p.n[mask] * p.k[mask] - y, 0.0)
+    pointwise = np.isclose(x, itemsize * p.m[mask] * p.k[mask], rtol=1e-6)
+    return np.where(conv & ~pointwise, 2.0 * (x + y), 0.0)
+
+
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
-              fixed_ms: np.ndarray, host_ms: np.ndarray) -> Sustained:
+              fixed_ms: np.ndarray, host_ms: np.ndarray,
+              transposes_ms: np.ndarray | float = 0.0) -> Sustained:
     """Latency of the matrix-unit rows ``mask`` of the matmul family at ``fraction`` of the
     matrix peak, their DRAM bytes at the streaming time ``stream_ms`` (one per masked row),
-    with the model's fixed cost and host dispatch."""
+    with the model's fixed cost and host dispatch; ``transposes_ms``: layout passes that run
+    before and after the GEMM (``nchw_transpose_bytes``), added in series."""
     memory_bound = f.roof_memory_ms[mask] >= f.roof_compute_ms[mask]
     compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask]) / fraction
-    gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY)
+    gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY) + transposes_ms
     return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, stream_ms)

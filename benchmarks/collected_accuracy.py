@@ -1,0 +1,125 @@
+"""Score the shipped predictor against kernels measured with ``tilecast collect`` (one GPU).
+
+usage: python benchmarks/collected_accuracy.py datasets/h100-sxm5-80gb [--repeat DIR]
+
+None of these rows trained the shipped predictor, so every row is unseen: the table is
+tilecast and the roofline per family x dtype (MAPE, the median forecast / measured ratio, the
+share of kernels forecast within 1.25x and off by more than 2x). With ``--repeat`` (the same
+shapes measured again on a fresh machine), it first prints the run-to-run spread: the floor
+any model's error sits on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tilecast.analyzer.predictor import RooflinePredictor  # noqa: E402
+from tilecast.learned import conv_data as cd  # noqa: E402
+from tilecast.learned import conv_eval as ce  # noqa: E402
+from tilecast.learned.dataset import KernelSamples, read_csv  # noqa: E402
+from tilecast.learned.evaluate import predict_by_device, report_family  # noqa: E402
+from tilecast.learned.predictor import OnnxPredictor  # noqa: E402
+from tilecast.learned.prepare import default_lookup  # noqa: E402
+
+SHORT = {"bfloat16": "bf16", "float16": "fp16", "float8e4m3fn": "fp8", "float32": "fp32"}
+
+
+def kernel_rows(root: Path) -> KernelSamples | None:
+    parts = [p for p in (read_csv(f, "train") for f in
+                         sorted((root / "kernels" / "nvidia" / "train").glob("*/*.csv"))) if p]
+    return KernelSamples.concat(parts) if parts else None
+
+
+def conv_rows(root: Path) -> cd.ConvSamples | None:
+    files = sorted((root / "kernels" / "nvidia" / "train" / "conv").glob("*.csv"))
+    # collect times each call with CUDA events: no sweep harness drift to take out
+    parts = [p for p in (cd.read_conv_csv(f, drift=False) for f in files) if p]
+    return cd.ConvSamples.concat(parts) if parts else None
+
+
+def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
+    """(family, dtype, measured, tilecast, roofline) groups."""
+    learned, roof, out = OnnxPredictor(), RooflinePredictor(), []
+    s = kernel_rows(root)
+    if s is not None:
+        fam = report_family(s.op)
+        tc, rf = predict_by_device(learned, s, default_lookup), predict_by_device(roof, s)
+        for f in ("matmul", "linear", "elementwise", "softmax", "layernorm"):
+            for dt in sorted(set(s.dtype.tolist())):
+                m = (fam == f) & (s.dtype == dt)
+                if m.any():
+                    out.append((f, dt, s.latency_ms[m], tc[m], rf[m]))
+    c = conv_rows(root)
+    if c is not None:
+        tc = ce._predict(learned, c, default_lookup)
+        rf = ce._predict(roof, c, default_lookup)
+        # An ONNX Conv is NCHW: the analyzer has no layout, so channels-last rows are forecast
+        # as NCHW (cuDNN's layout transposes included) and shown apart.
+        for dt in sorted(set(c.dtype.tolist())):
+            for name, layout in (("conv", ~c.nhwc), ("conv NHWC", c.nhwc)):
+                m = (c.dtype == dt) & layout
+                if m.any():
+                    out.append((name, dt, c.latency_ms[m], tc[m], rf[m]))
+    return out
+
+
+def _stats(truth: np.ndarray, pred: np.ndarray) -> str:
+    ratio = pred / truth
+    return (f"{np.mean(np.abs(ratio - 1)) * 100:7.1f}% {np.median(ratio):6.2f} "
+            f"{np.mean(np.abs(np.log(ratio)) < np.log(1.25)) * 100:5.0f}% "
+            f"{np.mean(np.abs(np.log(ratio)) > np.log(2)) * 100:5.0f}%")
+
+
+def spread(root: Path, repeat: Path) -> str:
+    """MAPE of the second measurement against the first, per family, on the shared shapes."""
+    lines = [f"{'family':12s} {'n':>5s} {'run-to-run MAPE':>16s}"]
+    a, b = kernel_rows(root), kernel_rows(repeat)
+    if a is None or b is None:
+        return "no repeated kernels"
+    key = lambda s, i: (s.op[i], s.dtype[i], s.b[i], s.m[i], s.n[i], s.k[i], s.rows[i],  # noqa
+                        s.cols[i])
+    first = {key(a, i): a.latency_ms[i] for i in range(len(a))}
+    fam = report_family(b.op)
+    for f in ("matmul", "linear", "elementwise", "softmax", "layernorm"):
+        pairs = [(first[key(b, i)], b.latency_ms[i]) for i in range(len(b))
+                 if fam[i] == f and key(b, i) in first]
+        if pairs:
+            x = np.array(pairs)
+            mape = np.mean(np.abs(x[:, 1] / x[:, 0] - 1)) * 100
+            lines.append(f"{f:12s} {len(x):5d} {mape:15.1f}%")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("data", type=Path)
+    ap.add_argument("--repeat", type=Path)
+    ap.add_argument("--min-ms", type=float, default=0.0,
+                    help="score only kernels measured at least this long")
+    a = ap.parse_args()
+    t = time.perf_counter()
+    if a.repeat:
+        print(spread(a.data, a.repeat), end="\n\n")
+    head = (f"{'family':12s} {'dtype':5s} {'n':>5s} | {'tilecast MAPE':>13s} {'ratio':>6s} "
+            f"{'<1.25x':>6s} {'>2x':>5s} | {'roofline MAPE':>13s} {'ratio':>6s} {'<1.25x':>6s} "
+            f"{'>2x':>5s}")
+    print(head + "\n" + "-" * len(head))
+    for fam, dt, truth, tc, rf in scored(a.data):
+        keep = truth >= a.min_ms
+        if not keep.any():
+            continue
+        truth, tc, rf = truth[keep], tc[keep], rf[keep]
+        print(f"{fam:12s} {SHORT.get(dt, dt):5s} {len(truth):5d} | {_stats(truth, tc):>33s} | "
+              f"{_stats(truth, rf):>33s}")
+    print(f"\n({time.perf_counter() - t:.0f} s; ratio: median forecast / measured)")
+
+
+if __name__ == "__main__":
+    main()
