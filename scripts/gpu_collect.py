@@ -114,6 +114,22 @@ MORE_LABELS = (
 )
 
 
+# LM heads whose vocabulary is no multiple of 8 (16-byte rows in 16-bit) beside their padded
+# twins: on the H100 GPT-2 Large's 4096 x 1280 -> 50257 head ran cuBLAS's align1 fallback
+# (cutlass_75 ... align1) for 5.46 ms, 8x the aligned forecast (traces/). Measured across
+# GPUs, this is the data an alignment rule needs.
+VOCABS = ((30522, 30528), (50257, 50264), (32000, 32000), (128256, 128256), (32001, 32008))
+
+
+def alignment_plan() -> list[Shape]:
+    out = [Shape("linear", (1, m, v, h)) for m in (512, 2048, 8192) for pair in VOCABS
+           for v in pair for h in (1024, 1280, 4096)]
+    # attention-score masks, broadcast (the non-vectorized elementwise kernel) and not
+    out += [Shape(op, (b * heads * s, s)) for op in ("addb", "add", "whereb", "softmax")
+            for b, heads, s in ((1, 20, 1024), (4, 20, 1024), (8, 16, 512), (1, 32, 2048))]
+    return _shuffled(out)
+
+
 def repeat_plan(root: Path) -> list[Shape]:
     """A sample of shapes already measured (the first lease), to measure again in a separate
     folder: the run-to-run spread on a fresh machine, the floor any model's error sits on."""
@@ -202,6 +218,10 @@ def main() -> None:
         "labels2": lambda: labels(a.out, 140 * s, dev, MORE_LABELS),
         "labels-repeat": lambda: labels(a.out.with_name(a.out.name + "-repeat"), 90 * s, dev,
                                         LABELS + MORE_LABELS[:14]),
+        "alignment": lambda: kernels(a.out, "alignment bf16", alignment_plan(), ("bf16", "fp16"),
+                                     60 * s, dev),
+        "gputime": lambda: kernels(a.out.with_name(a.out.name + "-gputime"), "gpu time bf16",
+                                   repeat_plan(a.out), ("bf16",), 50 * s, dev),
         "repeat": lambda: kernels(a.out.with_name(a.out.name + "-repeat"), "repeat bf16",
                                   repeat_plan(a.out), ("bf16",), 35 * s, dev),
         "matmul2": lambda: kernels(a.out, "matmul bf16 (grid 2)", _shuffled(

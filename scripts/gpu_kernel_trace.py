@@ -154,18 +154,24 @@ def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
 TRACES = (("resnet-50", 1, None, "cudagraph", None), ("resnet-50", 1, None, "eager", None),
           ("resnet-50", 32, None, "cudagraph", None), ("resnet-50", 256, None, "cudagraph", None),
           ("mobilenet-v3-large", 1, None, "cudagraph", None),
-          ("bert-large", 8, 512, "eager", None), ("llama-3-8b", 1, 2048, "eager", 4))
+          ("bert-large", 8, 512, "eager", None), ("llama-3-8b", 1, 2048, "eager", 4),
+          ("gpt2-large", 4, 1024, "eager", None), ("gpt2-large", 1, 1024, "eager", None))
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=Path)
     ap.add_argument("--device", default="cuda:0")
+    ap.add_argument("--only", default="", help="comma-separated models to trace (no floors)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device(a.device)
-    floors(a.out, dev)
+    only = [m for m in a.only.split(",") if m]
+    if not only:
+        floors(a.out, dev)
     for model, b, s, rt, layers in TRACES:
+        if only and model not in only:
+            continue
         try:
             trace(a.out, model, b, s, rt, dev, layers)
         except Exception as exc:
