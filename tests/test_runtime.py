@@ -130,6 +130,24 @@ def test_cudagraph_replays_every_eager_kernel_without_the_host():
         assert runs["cudagraph"].runtime == "cudagraph"
 
 
+HALF_CONV = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float16[32, 64, 56, 56] x, float16[64, 64, 3, 3] w) => (float16[32, 64, 56, 56] y) {
+  y = Conv <pads = [1, 1, 1, 1]> (x, w)
+}"""
+
+
+def test_a_compiled_graph_runs_tensor_core_convs_without_layout_transposes():
+    # PyTorch (eager or replayed) transposes an NCHW fp16 conv's X in and Y out around the
+    # NHWC kernel; a compiled runtime picks NHWC and runs the GEMM alone
+    model = onnx.parser.parse_model(HALF_CONV)
+    dev = tilecast.load_device("h100-sxm")
+    replay, compiled = (tilecast.analyze(model, dev, runtime=rt) for rt in ("cudagraph", "graph"))
+    pred = tilecast.learned.predictor.default_predictor().predict([replay.kernels[0].kernel], dev)
+    assert pred[0].layout_ms > 0
+    assert replay.total_ms - compiled.total_ms == pytest.approx(pred[0].layout_ms, rel=1e-6)
+
+
 def test_fold_reason_names_the_graph_runtime():
     from tilecast.analyzer.analysis import cost_graph
     from tilecast.analyzer.graph import build_graph

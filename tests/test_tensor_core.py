@@ -110,12 +110,13 @@ def test_monotone_across_the_ridge_point(device: str) -> None:
     assert lat == sorted(lat)
 
 
-def _conv(n: int, c: int, k: int, size: int, r: int, dtype: str = "bfloat16") -> Kernel:
+def _conv(n: int, c: int, k: int, size: int, r: int, dtype: str = "bfloat16",
+          bias: bool = False) -> Kernel:
     from tilecast.analyzer.types import ConvDims
 
     p = size  # stride 1, "same" padding
     x, w, y = 2 * n * c * size * size, 2 * k * c * r * r, 2 * n * k * p * p
-    cost = OpCost("conv", 2 * n * k * p * p * c * r * r, x + w + y, dtype, "matrix",
+    cost = OpCost("conv", 2 * n * k * p * p * c * r * r, x + w + y + 2 * k * bias, dtype, "matrix",
                   matmul=MatmulDims(1, n * p * p, k, c * r * r), elements=n * k * p * p,
                   conv=ConvDims(n, c, k, size, size, p, p, r, r, pad=r // 2))
     return Kernel("conv", ("conv",), "Conv", cost)
@@ -140,13 +141,16 @@ def test_an_nchw_tensor_core_conv_pays_for_its_layout_transposes(device: str) ->
     assert with_layout.gpu_ms - gemm.gpu_ms < 2.5 * floor_ms
 
 
-def test_a_pointwise_conv_runs_on_nchw_as_it_stands() -> None:
-    # 1x1 stride 1: Y_n = W X_n is a GEMM on NCHW (40 of 44 such H100 rows had no transpose)
+@pytest.mark.parametrize("bias", [False, True])
+def test_a_pointwise_conv_runs_on_nchw_as_it_stands(bias: bool) -> None:
+    # 1x1 stride 1: Y_n = W X_n is a GEMM on NCHW (40 of 44 such H100 rows had no transpose);
+    # a bias adds n elements to the conv's bytes and changes nothing
     h100 = load_device("h100-sxm5-80gb")
-    conv = _conv(32, 256, 256, 56, 1)
+    conv = _conv(32, 256, 256, 56, 1, bias=bias)
     pred = default_predictor()
-    assert pred.predict([conv], h100)[0].gpu_ms == pytest.approx(
-        pred.predict([_as_gemm(conv)], h100)[0].gpu_ms)
+    p = pred.predict([conv], h100)[0]
+    assert p.layout_ms == 0.0
+    assert p.gpu_ms == pytest.approx(pred.predict([_as_gemm(conv)], h100)[0].gpu_ms)
 
 
 def test_no_layout_transposes_off_the_nvidia_matrix_path() -> None:

@@ -26,6 +26,9 @@ class Prediction:
     host_ms: float | None = None  # eager host dispatch time of its op(s) (None: not modelled)
     clamped: bool = False  # held at the envelope (the utilization floor) by the predictor
     fixed_ms: float | None = None  # part of gpu_ms that is per-launch, not work (None: unknown)
+    # Part of gpu_ms spent in cuDNN's NCHW <-> NHWC transposes around a tensor-core conv, which
+    # PyTorch runs (eager or replayed) and a compiled runtime avoids by choosing NHWC.
+    layout_ms: float = 0.0
 
 
 @runtime_checkable

@@ -17,7 +17,9 @@ predictor:
   (so the total is the last kernel's end).
 - ``graph`` (XLA, TensorRT-style compilers): the whole pass is one launch, so there is no
   host floor and each kernel's per-launch part becomes :data:`GRAPH_KERNEL_LAUNCH_US`; at
-  inference, a BatchNormalization fed only by a Conv is folded into the Conv's weights.
+  inference, a BatchNormalization fed only by a Conv is folded into the Conv's weights, and
+  tensor-core convs run on the NHWC layout the compiler picks, without cuDNN's NCHW <-> NHWC
+  transposes (``Prediction.layout_ms``).
 - ``cudagraph`` (PyTorch's ``torch.cuda.graphs``: the eager kernels captured and replayed):
   launched as ``graph`` is, but every kernel eager runs stays, BatchNormalization included. An
   H100 ResNet-50 bf16 replay runs 106 batch-norm kernels, 8.6 of its 27.5 ms at batch 256
@@ -87,16 +89,22 @@ def _eager(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
     return out
 
 
-def _graph(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
+def _graph(preds: Sequence[Prediction], device: Device, compiled: bool) -> list[Prediction]:
+    """One launch for the pass; ``compiled`` (the ``graph`` runtime) also picks NHWC layouts
+    for tensor-core convs, so cuDNN's NCHW <-> NHWC transposes (``layout_ms``) are not run."""
     launch, graph_launch = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
-    return [replace(p, latency_ms=_busy_ms(p, launch) + graph_launch) for p in preds]
+    return [replace(p, latency_ms=max(_busy_ms(p, launch) - (p.layout_ms if compiled else 0.0),
+                                      0.0) + graph_launch)
+            for p in preds]
 
 
 def apply_runtime(preds: Sequence[Prediction], device: Device,
                   runtime: str) -> list[Prediction]:
     """Kernel GPU times (in launch order) -> the time each adds to the pass under ``runtime``."""
     check_runtime(runtime)
-    return _eager(preds, device) if runtime == "eager" else _graph(preds, device)
+    if runtime == "eager":
+        return _eager(preds, device)
+    return _graph(preds, device, compiled=runtime == "graph")
 
 
 def fold_batchnorm(results: Sequence[NodeResult],

@@ -127,7 +127,7 @@ class OnnxPredictor:
     def _collect(self, kernels, routed, feats, outs, device) -> list[Prediction]:
         n = len(kernels)
         acc = {k: np.zeros(n) for k in ("latency", "gpu", "compute", "memory", "fixed",
-                                         "host")}
+                                         "host", "layout")}
         clamped = np.zeros(n, dtype=bool)
         tiles = np.full(n, None, dtype=object)
         for fam, (f, tile) in feats.items():
@@ -148,11 +148,12 @@ class OnnxPredictor:
         bound = bounds(acc["compute"], acc["memory"], fixed)
         extrapolated = self._extrapolated(routed, feats, device)
         return [Prediction(latency_ms=lat, bound=b, tile=t, extrapolated=e, gpu_ms=g,
-                           clamped=c, host_ms=h, fixed_ms=fx)
-                for lat, b, t, e, g, c, h, fx in zip(
+                           clamped=c, host_ms=h, fixed_ms=fx, layout_ms=lay)
+                for lat, b, t, e, g, c, h, fx, lay in zip(
                     acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                     extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
-                    acc["host"].tolist(), acc["fixed"].tolist(), strict=True)]
+                    acc["host"].tolist(), acc["fixed"].tolist(), acc["layout"].tolist(),
+                    strict=True)]
 
     def _terms(self, family: str, f: ft.Features, p: Parts | ConvParts,
                outs: dict[str, np.ndarray], device: Device,
@@ -165,7 +166,8 @@ class OnnxPredictor:
         terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
                  "gpu": outs[io["gpu_ms"]].astype(np.float64),
                  "compute": f.compute_ms / u_c, "memory": (f.dram_ms + f.cached_ms) / u_m,
-                 "fixed": outs[io["fixed_ms"]], "host": self._host_ms(family, f, device)}
+                 "fixed": outs[io["fixed_ms"]], "host": self._host_ms(family, f, device),
+                 "layout": np.zeros(len(f.x))}
         self._conv_dispatch(family, conv, terms, device)
         tc = self._matrix_units(family, f, p, device)
         if tc is not None:
@@ -177,7 +179,8 @@ class OnnxPredictor:
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
                                       terms["fixed"], terms["host"], transposes)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
-                                ("compute", s.compute_ms), ("memory", s.memory_ms)):
+                                ("compute", s.compute_ms), ("memory", s.memory_ms),
+                                ("layout", transposes)):
                 terms[key][tc] = values
         return terms
 

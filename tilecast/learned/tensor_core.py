@@ -65,15 +65,16 @@ def nchw_transpose_bytes(p, mask: np.ndarray, conv: np.ndarray, vendor: str) -> 
     3x3 and strided conv of ResNet-50's batch-1 trace; no channels-last row). A 1x1 stride-1
     conv is a GEMM on NCHW as it stands (Y_n = W X_n) and runs without them (40 of 44 rows):
     it is the conv whose X holds exactly m k elements (each output pixel reads its own input
-    pixel once). X and Y are each read and written once more, as ``conv.algorithm_work``
-    counts them for the conv model; W is small beside them. An ONNX Conv is NCHW. NVIDIA
-    only: no AMD 16-bit conv was measured."""
+    pixel once; the conv's bytes may hold a bias of n elements besides X, W and Y). X and Y
+    are each read and written once more, as ``conv.algorithm_work`` counts them for the conv
+    model; W is small beside them. An ONNX Conv is NCHW. NVIDIA only: no AMD 16-bit conv was
+    measured. A compiled runtime picks NHWC and runs none (``runtime._graph``)."""
     if vendor != "nvidia":
         return np.zeros(int(mask.sum()))
     itemsize = p.itemsize[mask]
     y = itemsize * p.m[mask] * p.n[mask]
     x = np.maximum(p.bytes[mask] - itemsize * p.n[mask] * p.k[mask] - y, 0.0)
-    pointwise = np.isclose(x, itemsize * p.m[mask] * p.k[mask], rtol=1e-6)
+    pointwise = np.abs(x - itemsize * p.m[mask] * p.k[mask]) <= itemsize * p.n[mask]
     return np.where(conv & ~pointwise, 2.0 * (x + y), 0.0)
 
 
