@@ -82,18 +82,33 @@ def _mm(d: MatmulDims, nbytes: int, fwd: OpCost) -> OpCost:
                   matmul=d, elements=d.b * d.m * d.n)
 
 
+def _conv_grad_gemms(c: OpCost) -> tuple[MatmulDims | None, MatmulDims | None]:
+    """Implicit-GEMM views of a dense conv's backward, as cuDNN's dgrad and wgrad run them:
+    dX (N, C, H, W) is an (N H W) x C output reducing over K R S (strides folded in, so that
+    2 m n k is the forward's FLOPs); dW (K, C, R, S) a K x (C R S) output reducing over the
+    N P Q output pixels. Grouped convs keep the memory-bound rule (None): a depthwise group's
+    GEMM is one channel wide."""
+    g = c.conv
+    if g is None or g.groups != 1 or c.flops <= 0:
+        return None, None
+    m = g.n * g.h * g.w
+    dx = MatmulDims(1, m, g.c, max(1, round(c.flops / (2 * m * g.c))))
+    return dx, MatmulDims(1, g.k, g.c * g.r * g.s, g.n * g.p * g.q)
+
+
 def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     node, c = r.node, r.cost
     x, w, y = node.input(0), node.input(1), node.outputs[0]
     out = []
     # dX is a transposed convolution and dW a convolution of X with dY: each does exactly the
     # forward's multiply-adds.
+    dx, dw = _conv_grad_gemms(c)
     if x is not None and x.name in need:
         out.append(("dX", OpCost("conv", c.flops, _nb(y) + _nb(w) + _nb(x), c.dtype, "matrix",
-                                 elements=x.numel)))
+                                 matmul=dx, elements=x.numel)))
     if w is not None and w.name in need:
         out.append(("dW", OpCost("conv", c.flops, _nb(x) + _nb(y) + _nb(w), c.dtype, "matrix",
-                                 elements=w.numel)))
+                                 matmul=dw, elements=w.numel)))
     bias = node.input(2)
     if bias is not None and bias.name in need:
         out.append(_reduce_to(bias, y, "dB"))
