@@ -44,6 +44,36 @@ def conv_rows(root: Path) -> cd.ConvSamples | None:
     return cd.ConvSamples.concat(parts) if parts else None
 
 
+def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray]:
+    """(measured ms, analyzer kernels, depthwise?) of the grouped and depthwise conv rows, which
+    ``conv_data`` leaves out (no conv model: the analyzer's memory-bound rule costs them)."""
+    import csv
+
+    from tilecast.analyzer.types import DTYPE_SIZE, ConvDims, Kernel, MatmulDims, OpCost
+    from tilecast.learned.dataset import COLLECT_DTYPES
+
+    truth, kernels, depthwise = [], [], []
+    for path in sorted((root / "kernels" / "nvidia" / "train" / "conv").glob("*.csv")):
+        for r in csv.DictReader(path.open()):
+            n, c, k, rr, h, st, pad, g = (int(r[x]) for x in (
+                "B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
+                "Padding", "Groups"))
+            if g == 1:
+                continue
+            dtype = COLLECT_DTYPES.get(r["dtype"], r["dtype"])
+            size, p = DTYPE_SIZE.get(dtype, 4), (h + 2 * pad - rr) // st + 1
+            geo = ConvDims(n, c, k, h, h, p, p, rr, rr, stride=st, pad=pad, groups=g)
+            cost = OpCost("conv", 2 * n * k * p * p * (c // g) * rr * rr,
+                          int(size * (n * c * h * h + k * (c // g) * rr * rr + n * k * p * p)),
+                          dtype, "matrix", matmul=MatmulDims(g, n * p * p, k // g,
+                                                             (c // g) * rr * rr),
+                          elements=n * k * p * p, conv=geo)
+            kernels.append(Kernel("conv", ("conv",), "Conv", cost))
+            truth.append(float(r["Latency"]))
+            depthwise.append(g == c)
+    return np.array(truth), kernels, np.array(depthwise, dtype=bool)
+
+
 def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
     """(family, dtype, measured, tilecast, roofline) groups."""
     learned, roof, out = OnnxPredictor(), RooflinePredictor(), []
@@ -67,6 +97,16 @@ def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
                 m = (c.dtype == dt) & layout
                 if m.any():
                     out.append((name, dt, c.latency_ms[m], tc[m], rf[m]))
+    truth, kernels, dw = grouped_convs(root)
+    if len(truth):
+        dev = default_lookup(c.device[0] if c is not None else "h100")
+        tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
+        rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
+        dtypes = np.array([k.dtype for k in kernels], dtype=object)
+        for dt in sorted(set(dtypes.tolist())):
+            for name, m in (("depthwise", dw & (dtypes == dt)), ("grouped", ~dw & (dtypes == dt))):
+                if m.any():
+                    out.append((name, dt, truth[m], tc[m], rf[m]))
     return out
 
 
