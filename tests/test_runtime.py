@@ -279,3 +279,22 @@ def test_parallel_forecasts_take_the_math_mode(conv_path):
                                     "--predictor", "roofline", "--math", "tf32"])
     assert res.exit_code == 0, res.output
     assert "tf32" in res.output
+
+
+VIEW_MM = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[8, 64, 32] x, float[8, 64, 32] w) => (float[8, 32, 32] y) {
+  xt = Transpose<perm = [0, 2, 1]>(x)
+  y = MatMul(xt, w)
+}"""
+
+
+def test_a_cuda_graph_replays_pytorchs_views_as_views():
+    # eager PyTorch passes a transposed view to the BLAS, and a replay captures exactly that;
+    # an ONNX / compiled runtime copies it (analyzer/views.py)
+    model = onnx.parser.parse_model(VIEW_MM)
+    ops = {rt: [k.kernel.op_type for k in tilecast.analyze(
+        model, "t4", predictor="roofline", runtime=rt).kernels]
+        for rt in ("eager", "cudagraph", "graph")}
+    assert ops["eager"] == ops["cudagraph"] == ["MatMul"]
+    assert ops["graph"] == ["Transpose", "MatMul"]

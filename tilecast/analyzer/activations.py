@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from .analysis import NodeResult
+from .runtime import PYTORCH_RUNTIMES
 from .types import NodeView, TensorInfo
 
 FUSED_ACTIVATION = "part of a decomposed activation run as one kernel (e.g. GELU)"
@@ -135,9 +136,10 @@ def _fused(last: NodeView, x: TensorInfo, results: tuple[NodeResult, ...],
 def fuse_activations(results: tuple[NodeResult, ...],
                      graph_outputs: frozenset[str] = frozenset(), *, runtime: str = "graph",
                      opset: int = 0) -> tuple[NodeResult, ...]:
-    """Fuse every decomposed activation; in the eager runtime, not the GELU chains of a graph
+    """Fuse every decomposed activation; in PyTorch's runtimes, not the GELU chains of a graph
     whose default-domain ``opset`` has the Gelu op (model code: each node is a kernel)."""
-    model_code = GELU_ANCHORS if runtime == "eager" and opset >= GELU_OP_SINCE else frozenset()
+    model_code = (GELU_ANCHORS if runtime in PYTORCH_RUNTIMES and opset >= GELU_OP_SINCE
+                  else frozenset())
     producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     readers: dict[str, list[int]] = defaultdict(list)
     for i, r in enumerate(results):

@@ -20,7 +20,7 @@ from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
-from .runtime import apply_runtime, check_runtime, fold_batchnorm
+from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
 from .views import eager_views
@@ -60,7 +60,7 @@ def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
-    if runtime == "eager":  # ORT / graph runtimes run these nodes as kernels (views.py)
+    if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
         results = eager_views(results, outputs)
     return mark_weight_operands(results)
 

@@ -40,6 +40,9 @@ from .analysis import NodeResult
 from .predictor import Prediction
 
 RUNTIMES = ("eager", "graph", "cudagraph")
+# The runtimes that run PyTorch's eager kernels (a CUDA-graph replay captures exactly those):
+# views stay views and model-code activation chains stay their ops (views.py, activations.py).
+PYTORCH_RUNTIMES = frozenset({"eager", "cudagraph"})
 
 # Host time PyTorch eager spends per op before the kernel is queued. pytorch/pytorch#41383
 # ("Large overhead (7 microseconds) for PyTorch operation", 2020) measures ~7 us per simple
