@@ -30,3 +30,12 @@ def test_an_unaligned_half_precision_head_is_flagged(dtype, n, flagged) -> None:
     assert ("alignment:" in text) == flagged
     if flagged:
         assert f"64 x 128 -> {n}" in text
+
+
+def test_the_json_marks_the_kernel() -> None:
+    import json
+
+    f = tilecast.analyze(onnx.parser.parse_model(HEAD.format(dtype="float16", n=50257)), "h100",
+                         predictor="roofline")
+    (kernel,) = json.loads(f.to_json())["kernels"]
+    assert kernel["misaligned"] is True

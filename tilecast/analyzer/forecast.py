@@ -61,7 +61,7 @@ class KernelForecast:
             "phase": k.phase, "dtype": k.dtype, "flops": k.flops, "bytes": k.bytes,
             "latency_ms": _r(self.latency_ms), "bound": self.bound, "tile": self.tile,
             "extrapolated": self.extrapolated, "clamped": self.clamped,
-            "estimated": c.estimated,
+            "misaligned": misaligned_gemm(k), "estimated": c.estimated,
             "matmul": None if c.matmul is None else
             {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
         }
