@@ -44,15 +44,22 @@ def conv_rows(root: Path) -> cd.ConvSamples | None:
     return cd.ConvSamples.concat(parts) if parts else None
 
 
-def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray]:
-    """(measured ms, analyzer kernels, depthwise?) of the grouped and depthwise conv rows, which
-    ``conv_data`` leaves out (no conv model: the analyzer's memory-bound rule costs them)."""
+# `tilecast collect`'s dtype names -> ONNX element types, for the grouped convs' graph.
+_ONNX_TYPES = {"bfloat16": 16, "float16": 10, "float32": 1}  # onnx.TensorProto values
+
+
+def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, str | None]:
+    """(measured ms, analyzer kernels, depthwise?, device) of the grouped and depthwise conv
+    rows, which ``conv_data`` leaves out (no conv model: the analyzer's memory-bound rule).
+    The rows become one ONNX graph of Conv nodes, costed by the analyzer's own conv formula."""
     import csv
 
-    from tilecast.analyzer.types import DTYPE_SIZE, ConvDims, Kernel, MatmulDims, OpCost
+    from onnx import helper
+
+    import tilecast
     from tilecast.learned.dataset import COLLECT_DTYPES
 
-    truth, kernels, depthwise = [], [], []
+    truth, depthwise, nodes, inputs, outputs, device = [], [], [], [], [], None
     for path in sorted((root / "kernels" / "nvidia" / "train" / "conv").glob("*.csv")):
         for r in csv.DictReader(path.open()):
             n, c, k, rr, h, st, pad, g = (int(r[x]) for x in (
@@ -60,18 +67,24 @@ def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray]:
                 "Padding", "Groups"))
             if g == 1:
                 continue
-            dtype = COLLECT_DTYPES.get(r["dtype"], r["dtype"])
-            size, p = DTYPE_SIZE.get(dtype, 4), (h + 2 * pad - rr) // st + 1
-            geo = ConvDims(n, c, k, h, h, p, p, rr, rr, stride=st, pad=pad, groups=g)
-            cost = OpCost("conv", 2 * n * k * p * p * (c // g) * rr * rr,
-                          int(size * (n * c * h * h + k * (c // g) * rr * rr + n * k * p * p)),
-                          dtype, "matrix", matmul=MatmulDims(g, n * p * p, k // g,
-                                                             (c // g) * rr * rr),
-                          elements=n * k * p * p, conv=geo)
-            kernels.append(Kernel("conv", ("conv",), "Conv", cost))
+            i, elem = len(nodes), _ONNX_TYPES[COLLECT_DTYPES.get(r["dtype"], r["dtype"])]
+            inputs += [helper.make_tensor_value_info(f"x{i}", elem, [n, c, h, h]),
+                       helper.make_tensor_value_info(f"w{i}", elem, [k, c // g, rr, rr])]
+            p = (h + 2 * pad - rr) // st + 1
+            outputs.append(helper.make_tensor_value_info(f"y{i}", elem, [n, k, p, p]))
+            nodes.append(helper.make_node("Conv", [f"x{i}", f"w{i}"], [f"y{i}"], f"conv{i}",
+                                          group=g, strides=[st, st], pads=[pad] * 4))
             truth.append(float(r["Latency"]))
             depthwise.append(g == c)
-    return np.array(truth), kernels, np.array(depthwise, dtype=bool)
+            device = r["Device"].strip()
+    if not nodes:
+        return np.array([]), [], np.array([], dtype=bool), None
+    model = helper.make_model(helper.make_graph(nodes, "grouped", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    f = tilecast.analyze(model, default_lookup(device), predictor="roofline")
+    if f.incomplete:
+        raise SystemExit(f"Error: {sum(f.unshaped.values())} grouped convs could not be costed")
+    return np.array(truth), [k.kernel for k in f.kernels], np.array(depthwise), device
 
 
 def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
@@ -97,9 +110,9 @@ def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
                 m = (c.dtype == dt) & layout
                 if m.any():
                     out.append((name, dt, c.latency_ms[m], tc[m], rf[m]))
-    truth, kernels, dw = grouped_convs(root)
+    truth, kernels, dw, device = grouped_convs(root)
     if len(truth):
-        dev = default_lookup(c.device[0] if c is not None else "h100")
+        dev = default_lookup(device)
         tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
         rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
         dtypes = np.array([k.dtype for k in kernels], dtype=object)

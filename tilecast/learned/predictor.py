@@ -171,11 +171,8 @@ class OnnxPredictor:
         self._conv_dispatch(family, conv, terms, device)
         tc = self._matrix_units(family, f, p, device)
         if tc is not None:
-            stream = self._stream_ms(f.dram_ms[tc], f.cached_ms[tc], p, tc, device)
             moved = tensor_core.nchw_transpose_bytes(p, tc, conv[tc], device.vendor)
-            transposes = np.where(moved > 0, self._stream_ms(
-                moved / device.mem_bandwidth_gbps * 1e-6, np.zeros_like(moved), p, tc,
-                device), 0.0)
+            stream, transposes = self._stream_and_transposes(f, p, tc, moved, device)
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
                                       terms["fixed"], terms["host"], transposes)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
@@ -184,13 +181,29 @@ class OnnxPredictor:
                 terms[key][tc] = values
         return terms
 
-    def _stream_ms(self, dram_ms: np.ndarray, cached_ms: np.ndarray, p: Parts,
-                   mask: np.ndarray, device: Device) -> np.ndarray:
+    def _stream_and_transposes(self, f: ft.Features, p: Parts, tc: np.ndarray,
+                               moved: np.ndarray, device: Device,
+                               ) -> tuple[np.ndarray, np.ndarray]:
+        """Streaming times of the rows ``tc``: their GEMM's bytes, split between DRAM and the
+        L2 as the features have them, and the layout transposes' ``moved`` bytes from DRAM
+        (0 where none), in one call of the elementwise model."""
+        dtype, itemsize = p.dtype[tc], p.itemsize[tc]
+        has = moved > 0
+        dram = np.concatenate([f.dram_ms[tc], moved[has] / device.mem_bandwidth_gbps * 1e-6])
+        cached = np.concatenate([f.cached_ms[tc], np.zeros(int(has.sum()))])
+        both = self._stream_ms(dram, cached, np.concatenate([dtype, dtype[has]]),
+                               np.concatenate([itemsize, itemsize[has]]), device)
+        n = len(dtype)
+        transposes = np.zeros(n)
+        transposes[has] = both[n:]
+        return both[:n], transposes
+
+    def _stream_ms(self, dram_ms: np.ndarray, cached_ms: np.ndarray, dtype: np.ndarray,
+                   itemsize: np.ndarray, device: Device) -> np.ndarray:
         """The busy time of the device's streaming kernels for bytes that take ``dram_ms``
-        from DRAM and ``cached_ms`` from the L2 at peak, one per row of ``mask``
-        (``tensor_core.py``): the elementwise model on a copy of as many bytes."""
-        n = int(mask.sum())
-        dtype, itemsize = p.dtype[mask], p.itemsize[mask]
+        from DRAM and ``cached_ms`` from the L2 at peak, per row (``tensor_core.py``): the
+        elementwise model on a copy of as many bytes."""
+        n = len(dram_ms)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), dtype,
                                np.full(n, "vector", dtype=object))
         elements = np.maximum((dram_ms + cached_ms) * 1e-3 * dc.bandwidth / (2.0 * itemsize),

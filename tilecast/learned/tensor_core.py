@@ -38,6 +38,7 @@ import numpy as np
 
 from .features import Features
 from .form import P_BUSY, Q_HOST
+from .routing import Parts
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,8 @@ def smooth_max(a: np.ndarray, b: np.ndarray, p: float) -> np.ndarray:
     return top * ((a / top) ** p + (b / top) ** p) ** (1.0 / p)
 
 
-def nchw_transpose_bytes(p, mask: np.ndarray, conv: np.ndarray, vendor: str) -> np.ndarray:
+def nchw_transpose_bytes(p: Parts, mask: np.ndarray, conv: np.ndarray,
+                         vendor: str) -> np.ndarray:
     """Bytes cuDNN's layout transposes move around an NCHW tensor-core convolution, one per row
     of ``mask`` (``conv``: the row is a convolution's implicit GEMM, m = N P Q, n = K,
     k = C R S). The matrix-unit kernels run on NHWC: a bf16 NCHW conv on an H100 launches
