@@ -386,8 +386,10 @@ def test_logo_spread_lines_show_each_run() -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["--repeats", "2"], "use it with --cv logo"),
     (["--repeats", "0", "--cv", "logo"], "'--repeats'"),
+    (["--family", "softmax"], "use it with --cv logo"),
+    (["--family", "sofmax", "--cv", "logo"], "'sofmax' is not a trained family"),
 ])
-def test_kernels_eval_repeats_is_checked(tmp_path: Path, args: list[str], message: str) -> None:
+def test_kernels_eval_options_are_checked(tmp_path: Path, args: list[str], message: str) -> None:
     from click.testing import CliRunner
 
     from tilecast.cli import main
@@ -395,3 +397,48 @@ def test_kernels_eval_repeats_is_checked(tmp_path: Path, args: list[str], messag
     root = make_dataset(tmp_path / "data")
     r = CliRunner().invoke(main, ["kernels-eval", "--data", str(root), *args])
     assert r.exit_code != 0 and message in r.output and "Traceback" not in r.output
+
+
+def _softmax_only(tmp_path: Path):
+    """(synthetic data folder, a quick config that trains the softmax family alone)."""
+    pytest.importorskip("torch", reason="the protocol trains models")
+    pytest.importorskip("sklearn", reason="the tile table needs scikit-learn")
+    from tilecast.learned.train import TrainConfig
+
+    return make_dataset(tmp_path / "data"), TrainConfig(
+        hidden=(8,), epochs=1, batch_size=16, ensemble=1, devices=GPUS, families=("softmax",))
+
+
+def test_logo_of_one_family_trains_and_scores_only_it(tmp_path: Path) -> None:
+    # `kernels-eval --cv logo --family softmax`: each fold's artifact holds the softmax model
+    # alone, and only softmax rows are scored (a partial artifact refuses other families).
+    root, config = _softmax_only(tmp_path)
+    from tilecast.learned.cv import logo
+
+    rows = logo([root], config, gpus=GPUS)
+    assert {r.family for r in rows} == {"softmax"}
+    assert {r.gpu for r in rows} == set(GPUS)
+    assert all(math.isfinite(r.mape_pct) for r in rows)
+
+
+def test_a_partial_artifact_refuses_a_family_it_lacks(tmp_path: Path) -> None:
+    root, config = _softmax_only(tmp_path)
+    from tilecast.analyzer.types import Kernel, OpCost, RowDims
+    from tilecast.device_db.loader import load_device
+    from tilecast.errors import PredictorError
+    from tilecast.learned.predictor import OnnxPredictor
+    from tilecast.learned.train import train_all
+
+    train_all([root], tmp_path / "art", config, progress=None)
+    with pytest.raises(PredictorError, match="'matmul' features None"):
+        OnnxPredictor(tmp_path / "art")  # the default: every family is required
+    model = OnnxPredictor(tmp_path / "art", families=("softmax",))
+    dev = load_device("NVIDIA L4")
+    soft = Kernel("s", ("s",), "Softmax", OpCost("softmax", 5 * 64 * 512, 8 * 64 * 512,
+                                                  "float32", "vector", rows=RowDims(64, 512),
+                                                  elements=64 * 512))
+    assert model.predict([soft], dev)[0].latency_ms > 0
+    relu = Kernel("r", ("r",), "Relu", OpCost("elementwise", 4096, 8 * 4096, "float32",
+                                              "vector", elements=4096))
+    with pytest.raises(PredictorError, match="no 'elementwise' model"):
+        model.predict([soft, relu], dev)

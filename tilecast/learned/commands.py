@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import ConfigError
@@ -42,19 +43,28 @@ def train_command(data_dirs: Sequence[Path], out: Path, epochs: int | None, echo
 
 
 def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt: str,
-                         echo: Echo, cv: str = "none", repeats: int = 1) -> str:
+                         echo: Echo, cv: str = "none", repeats: int = 1,
+                         families: Sequence[str] = ()) -> str:
     """The MAPE table (or JSON) of tilecast, roofline and the direct regressor; with
     ``cv="logo"`` the leave-one-GPU-out folds instead, run ``repeats`` times from disjoint
-    training seeds and averaged."""
+    training seeds and averaged, of ``families`` only when any are given."""
     from .conv_eval import conv_eval_rows
     from .evaluate import PREDICTORS, evaluate_kernels, format_table, tile_accuracy
+    from .prepare import TRAINED_FAMILIES
 
     if repeats < 1 or repeats > MAX_REPEATS:
         raise ConfigError(f"--repeats must be 1 to {MAX_REPEATS}, got {repeats}")
+    unknown = sorted(set(families) - set(TRAINED_FAMILIES))
+    if unknown:
+        raise ConfigError(f"--family {unknown[0]!r} is not a trained family (one of "
+                          f"{', '.join(TRAINED_FAMILIES)})")
     if cv == "logo":
-        return _logo_command(data_dirs, fmt, echo, repeats)
+        return _logo_command(data_dirs, fmt, echo, repeats, tuple(families))
     if repeats != 1:
         raise ConfigError("--repeats retrains the leave-one-GPU-out folds: use it with --cv logo")
+    if families:
+        raise ConfigError("--family picks the families the leave-one-GPU-out folds retrain: "
+                          "use it with --cv logo")
 
     names = PREDICTORS
     try:
@@ -76,7 +86,8 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
     return format_table(rows) + "\n" + "\n".join(lines) + "\n"
 
 
-def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int = 1) -> str:
+def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int = 1,
+                  families: tuple[str, ...] = ()) -> str:
     try:
         from .conv_train import average_folds, logo_conv
         from .cv import average_rows, logo, repeat_seeds, summary
@@ -88,14 +99,19 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
     from .conv_eval import format_folds
     from .evaluate import SHAPES, format_table
 
-    samples = load_conv(data_dirs)  # conv: its own GPUs, on held-out shapes (conv_train.py)
-    seeds = repeat_seeds(repeats)
+    base = TrainConfig()
+    if families:  # each family trains on its own: leave the others out of every fold
+        base = replace(base, families=tuple(f for f in base.families if f in families))
+    # conv: its own GPUs, on held-out shapes (conv_train.py)
+    samples = load_conv(data_dirs) if "conv" in base.families else None
+    seeds = repeat_seeds(repeats, base)
     runs, conv_runs = [], []
     for seed in seeds:
         if repeats > 1:
             echo(f"repeat with training seed {seed}")
-        config = TrainConfig(seed=seed)
-        runs.append(logo(data_dirs, config, progress=echo))
+        config = replace(base, seed=seed)
+        others = any(f != "conv" for f in config.families)
+        runs.append(logo(data_dirs, config, progress=echo) if others else [])
         conv_runs.append(logo_conv(samples, config, progress=echo) if samples is not None
                          else [])
     rows, folds = average_rows(runs), average_folds(conv_runs)
@@ -107,12 +123,13 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
                           indent=1) + "\n"
     mean = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows).items())
     shapes = ", ".join(f"{fam} {v:.1f} %" for fam, v in summary(rows, SHAPES).items())
-    conv = "\n\n" + format_folds(folds) if folds else ""
     over = f" (mean of {repeats} runs, training seeds {', '.join(map(str, seeds))})" \
         if repeats > 1 else ""
-    return (format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast){over}: {mean}"
-            + f"\n... on their held-out shapes only (column {SHAPES}): {shapes}"
-            + _spread_lines(by_seed) + conv + "\n")
+    parts = [format_table(rows) + f"\n\nmean over the held-out GPUs (tilecast){over}: {mean}"
+             + f"\n... on their held-out shapes only (column {SHAPES}): {shapes}"] if rows \
+        else []
+    parts += [format_folds(folds)] if folds else []
+    return "\n\n".join(parts) + _spread_lines(by_seed) + "\n"
 
 
 def _seed_summary(seed: int, rows, folds) -> dict:

@@ -8,7 +8,7 @@ at once). How analyzer kernels map to the trained families is in ``routing.py`` 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import fields, replace
 from functools import lru_cache
 from pathlib import Path
@@ -51,7 +51,7 @@ def _session(path: Path):
         raise PredictorError(f"cannot load the learned predictor {path}: {exc}") from exc
 
 
-def _metadata(session, path: Path) -> dict[str, str]:
+def _metadata(session, path: Path, families: Collection[str] | None = None) -> dict[str, str]:
     meta = dict(session.get_modelmeta().custom_metadata_map)
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise PredictorError(
@@ -62,8 +62,9 @@ def _metadata(session, path: Path) -> dict[str, str]:
         table = json.loads(meta["tile_table"])
     except (KeyError, ValueError) as exc:
         raise PredictorError(f"{path}: metadata lacks a valid {exc}") from exc
+    required = set(ft.FEATURES) - set(OPTIONAL_FAMILIES) if families is None else set(families)
     for family, expected in ft.FEATURES.items():
-        if family in OPTIONAL_FAMILIES and family not in names:
+        if family not in required and family not in names:
             continue
         if tuple(names.get(family, ())) != expected:
             raise PredictorError(f"{path}: its {family!r} features {names.get(family)} differ "
@@ -77,11 +78,15 @@ class OnnxPredictor:
 
     name = "tilecast-mlp"
 
-    def __init__(self, path: Path | str | None = None) -> None:
+    def __init__(self, path: Path | str | None = None,
+                 families: Collection[str] | None = None) -> None:
+        """``families``: those the artifact must hold (default: every one but the optional
+        conv); a partial artifact, as a leave-one-GPU-out run of a few families trains,
+        forecasts the kernels of its families and refuses the others."""
         path = Path(path) if path is not None else ARTIFACT
         self.path = path / ARTIFACT_NAME if path.is_dir() else path
         self.session = _session(self.path)
-        meta = _metadata(self.session, self.path)
+        meta = _metadata(self.session, self.path, families)
         self.tile_table = tl.parse_tile_table(meta.pop("tile_table"), str(self.path))
         self.metadata = meta
         self.trained_dtypes = set(json.loads(meta.get("training_dtypes", '["float32"]')))
@@ -95,11 +100,21 @@ class OnnxPredictor:
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = _stream_weights(route(kernels, conv_model=self.conv_model), device)
-        feats = {fam: self._features(fam, p, device) for fam, p in routed.parts.items()}
+        feats = {fam: self._features(fam, p, device) for fam, p in self._held(routed).items()}
         outs = self._run(feats)
         self._simt_ceiling(feats, outs, device)
         feats, outs = _fastest(feats, outs)
         return self._collect(kernels, routed, feats, outs, device)
+
+    def _held(self, routed: Routed) -> dict[str, Parts | ConvParts]:
+        """The routed parts, each of a family this artifact holds; a kernel of another family
+        is an error (only a partial artifact lacks one)."""
+        for fam, p in routed.parts.items():
+            if fam not in self.ranges and len(p.kernel):
+                raise PredictorError(f"{self.path} holds no {fam!r} model (it was trained on "
+                                     f"{', '.join(sorted(self.ranges))} only): cannot forecast "
+                                     f"{len(set(p.kernel.tolist()))} {fam} kernel(s)")
+        return {fam: p for fam, p in routed.parts.items() if fam in self.ranges}
 
     def _simt_ceiling(self, feats: dict, outs: dict[str, np.ndarray], device: Device) -> None:
         """fp32 SIMT GEMM and conv candidates held to the GPU's sourced sustained rate
