@@ -48,9 +48,49 @@ def test_opt_exports_the_recorded_attention(tmp_path):
 
 
 def test_other_models_export_with_eager_attention(tmp_path):
-    assert attention_for(_config(tmp_path, {"model_type": "gpt2"})) == "eager"
+    assert attention_for(_config(tmp_path, {"model_type": "llama"})) == "eager"
 
 
 def test_built_in_attention_names_cannot_be_registered():
     with pytest.raises(ExportError, match="built in"):
         register_attention("eager", lambda *a, **k: None)
+
+
+GPT2 = {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_layer": 2, "n_embd": 32,
+        "n_head": 4, "vocab_size": 128, "n_positions": 64}
+BERT = {"model_type": "bert", "architectures": ["BertLMHeadModel"], "num_hidden_layers": 2,
+        "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 4,
+        "vocab_size": 128, "max_position_embeddings": 64}
+
+
+def _mask_operands(path: Path, op: str) -> list[list[tuple[str, tuple[int, ...]]]]:
+    """(dtype, shape) of the broadcast operands of each ``op`` node that feeds a Softmax."""
+    from tilecast.analyzer.graph import build_graph, load_model
+
+    graph = build_graph(load_model(path))
+    feeds = {t.name for n in graph.nodes if n.op_type == "Softmax" for t in n.inputs if t}
+    out = []
+    for n in graph.nodes:
+        if n.op_type == op and n.outputs[0].name in feeds:
+            out.append([(t.dtype, t.shape) for t in n.inputs
+                        if t is not None and t.shape != n.outputs[0].shape])
+    return out
+
+
+def test_gpt2_exports_the_recorded_causal_where(tmp_path):
+    # The CSVs: where(bias[:, :, :s, :s], scores, min) per layer on a [1, 1, s, s] bool buffer,
+    # no padding mask; today's eager adds a float mask built once per model.
+    config = _config(tmp_path, GPT2)
+    path = from_hf_config(config, batch=2, seq=16, task="causal-lm", attn=attention_for(config),
+                          path=tmp_path / "recorded.onnx")
+    assert _mask_operands(path, "Where") == [
+        [("bool", (1, 1, 16, 16)), ("float32", ())]] * GPT2["n_layer"]
+    assert "And" not in _ops(path)
+
+
+def test_bert_exports_the_recorded_padding_add(tmp_path):
+    # The CSVs: add of the [b, 1, 1, s] extended mask per layer (today: a [b, 1, s, s] one).
+    config = _config(tmp_path, BERT)
+    path = from_hf_config(config, batch=2, seq=16, task="base", attn=attention_for(config),
+                          path=tmp_path / "recorded.onnx")
+    assert _mask_operands(path, "Add") == [[("float32", (2, 1, 1, 16))]] * 2

@@ -333,6 +333,25 @@ def test_max_gradient_is_the_five_kernels_pytorch_runs():
         ("d0_select", n + 3 * t)]  # where(mask, grad / 2, grad)
 
 
+CAUSAL = """
+<ir_version: 8, opset_import: ["" : 20]>
+g (float[4, 16] x) => (float[4, 16] y) <float[16, 16] w = {0.0}, bool[4, 16] keep = {1},
+                                        float floor = {-1.0}> {
+  h = MatMul(x, w)
+  s = Div(h, floor)
+  y = Where(keep, s, floor)
+}"""
+
+
+def test_where_and_div_gradients_read_what_pytorch_reads():
+    f = tilecast.analyze(_model(CAUSAL), "a100-40gb", mode="training", predictor="roofline")
+    got = sorted((k.kernel.op_type, k.kernel.bytes) for k in f.kernels
+                 if k.kernel.op_type in ("WhereGrad", "DivGrad"))
+    t, n = 64 * 4, 64  # one [4, 16] fp32 tensor; n one-byte condition elements.
+    assert got == [("DivGrad", 2 * t + 4),  # grad / other: dY and the scalar divisor
+                   ("WhereGrad", n + 2 * t)]  # where(condition, grad, 0); floor: no gradient
+
+
 RELU6 = """
 <ir_version: 8, opset_import: ["" : 20]>
 g (float[4, 16] x) => (float[4, 16] y, float[4, 16] z) <float[16, 16] w = {0.0},

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from .analysis import NodeResult
 from .graph import Graph
-from .types import OpCost, RowDims
+from .types import BroadcastReread, OpCost, RowDims
 
 FUSIBLE = ("elementwise", "normalization", "softmax", "reduction", "movement")
 # A fused group is named after its most expensive-to-schedule member: row kernels dominate.
@@ -130,10 +130,20 @@ def _make_group(gid: int, idx: tuple[int, ...], results: tuple[NodeResult, ...],
         rows=_group_rows(costed),
         elements=max(r.cost.elements for r in costed),
         estimated=any(r.cost.estimated for r in costed),
+        reread=_group_reread(costed),
     )
     ops = "+".join(dict.fromkeys(r.node.op_type for r in costed))
     return FusionGroup(gid, idx, cost, f"Fused[{ops}]",
                        _epilogue_of(ext_in, producer, results))
+
+
+def _group_reread(costed) -> BroadcastReread | None:
+    """The members' broadcast re-reads: one kernel still walks each broadcast operand once
+    per repeat (the largest slice stands for all)."""
+    rr = [r.cost.reread for r in costed if r.cost.reread is not None]
+    if not rr:
+        return None
+    return BroadcastReread(sum(r.bytes for r in rr), max(r.slice_bytes for r in rr))
 
 
 def _external_tensors(rs, inside, cons, producer, outputs):

@@ -149,6 +149,17 @@ class RowDims:
 
 
 @dataclass(frozen=True)
+class BroadcastReread:
+    """An elementwise op's broadcast operand, read again for every repeat of its broadcast
+    dims (``costs/broadcast.py``). ``bytes``: those extra reads when no cache keeps the operand
+    between repeats; ``slice_bytes``: the part of it one repeat reads. Whether they come from
+    DRAM depends on the GPU's L2, so the predictor decides."""
+
+    bytes: int
+    slice_bytes: int
+
+
+@dataclass(frozen=True)
 class OpCost:
     """The static cost of one node (or one derived kernel).
 
@@ -167,6 +178,9 @@ class OpCost:
     elements: int = 0  # output elements (tile count of elementwise kernels derives from it)
     estimated: bool = False
     conv: ConvDims | None = None  # convolutions: the geometry (``matmul`` its implicit GEMM)
+    # Elementwise ops: a broadcast operand read again per repeat (not in ``bytes``, which
+    # counts each tensor once).
+    reread: BroadcastReread | None = None
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,16 @@ three ``contiguous`` copies of the [2, 32, 2048, 64] query, key and value (0.061
 minimum, ``torch.max(scores, finfo.min)`` (1.42 ms forward, 7.00 ms backward), ``softmax``,
 ``bmm_1``; the 1/sqrt(d) scale is applied to the query (``mul_1``, [2, 2048, 2048]). The
 installed transformers drops the clamp and the copies and multiplies the scores by 1.0. Over
-24 layers the clamp alone is 202 ms of that 3189 ms step. GPT-2 and BERT record the same
-work as today's eager attention (a scale, a mask, softmax), so they export unchanged.
+24 layers the clamp alone is 202 ms of that 3189 ms step.
+
+GPT-2 (and the GPT-3 configs, which use its model class) and BERT record today's work (a
+scale, a mask, softmax) but other masks, and a mask is read again for every head when it
+outgrows the cache (``analyzer/costs/broadcast.py``). Today's eager attention adds one float
+``[b, 1, s, s]`` mask, built once per model. The CSVs record, per layer:
+
+- GPT-2: ``truediv`` by sqrt(d), then ``where`` with the ``[1, 1, s, s]`` bool causal buffer
+  and a 0-dim minimum (no padding mask was passed);
+- BERT: ``truediv``, then ``add`` of the ``[b, 1, 1, s]`` extended padding mask.
 """
 
 from __future__ import annotations
@@ -45,7 +53,46 @@ def opt_attention(module: Any, query: Any, key: Any, value: Any, attention_mask:
     return torch.matmul(probs, value).transpose(1, 2), probs
 
 
-ATTENTION_BY_MODEL_TYPE = {"opt": (OPT_ATTENTION, opt_attention)}
+def _finish(module: Any, scores: Any, value: Any, dropout: float) -> tuple[Any, Any]:
+    import torch
+
+    probs = torch.nn.functional.softmax(scores, dim=-1)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    return torch.matmul(probs, value).transpose(1, 2), probs
+
+
+def gpt2_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                   scaling: float, dropout: float = 0.0, **_: Any) -> tuple[Any, Any]:
+    """GPT-2's attention as its labels' FX graphs record it (module docstring); exported with
+    no mask tensor (``register_attention(mask=False)``)."""
+    import torch
+
+    scores = torch.matmul(query, key.transpose(-1, -2)) / (1.0 / scaling)
+    q, k = scores.shape[-2], scores.shape[-1]
+    causal = torch.ones(q, k, dtype=torch.bool, device=scores.device).tril(k - q)[None, None]
+    floor = torch.tensor(torch.finfo(scores.dtype).min, dtype=scores.dtype,
+                         device=scores.device)
+    return _finish(module, torch.where(causal, scores, floor), value, dropout)
+
+
+def bert_attention(module: Any, query: Any, key: Any, value: Any, attention_mask: Any,
+                   scaling: float, dropout: float = 0.0, **_: Any) -> tuple[Any, Any]:
+    """BERT's attention as its labels' FX graphs record it: the padding mask is added as
+    ``[b, 1, 1, s]`` (all zeros: the measured runs padded nothing)."""
+    import torch
+
+    scores = torch.matmul(query, key.transpose(-1, -2)) / (1.0 / scaling)
+    pad = torch.zeros(scores.shape[0], 1, 1, scores.shape[-1], dtype=scores.dtype,
+                      device=scores.device)
+    return _finish(module, scores + pad, value, dropout)
+
+
+GPT2_ATTENTION = "tilecast-labels-gpt2"
+BERT_ATTENTION = "tilecast-labels-bert"
+# model_type -> (registered name, function, whether the model builds eager's mask tensor)
+ATTENTION_BY_MODEL_TYPE = {"opt": (OPT_ATTENTION, opt_attention, True),
+                           "gpt2": (GPT2_ATTENTION, gpt2_attention, False),
+                           "bert": (BERT_ATTENTION, bert_attention, False)}
 
 
 def attention_for(config: Path) -> str:
@@ -55,6 +102,6 @@ def attention_for(config: Path) -> str:
         return "eager"
     from ..exporters import register_attention
 
-    name, fn = ATTENTION_BY_MODEL_TYPE[model_type]
-    register_attention(name, fn)
+    name, fn, mask = ATTENTION_BY_MODEL_TYPE[model_type]
+    register_attention(name, fn, mask=mask)
     return name

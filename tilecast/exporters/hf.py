@@ -29,8 +29,10 @@ TASK_AUTO_CLASSES = {
 TASKS = ("auto", *TASK_AUTO_CLASSES)
 DTYPES = ("float32", "float16", "bfloat16")
 ATTNS = ("eager", "sdpa")
-# Attention functions registered by name (``register_attention``), beside eager and sdpa.
+# Attention functions registered by name (``register_attention``), beside eager and sdpa,
+# and the names whose models build no mask tensor (the function makes its own).
 _ATTENTION_FUNCTIONS: dict[str, Callable[..., Any]] = {}
+_MASKLESS: set[str] = set()
 # Config keys that hold a depth; encoder-decoder models have one per stack.
 DEPTH_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "n_layers", "num_decoder_layers",
               "encoder_layers", "decoder_layers")
@@ -119,21 +121,28 @@ def check_options(*, batch: int, seq: int | None, task: str, dtype: str, attn: s
             raise ExportError(f"unknown {name} {value!r}; choose one of {', '.join(allowed)}")
 
 
-def register_attention(name: str, fn: Callable[..., Any]) -> None:
+def register_attention(name: str, fn: Callable[..., Any], *, mask: bool = True) -> None:
     """Make ``attn=name`` build models whose attention layers call ``fn`` (transformers'
     attention-function signature: module, query, key, value, attention_mask, scaling, dropout),
-    with eager's additive float masks. The evaluation uses it to export the attention its
+    with eager's additive float masks, or with none (``mask=False``: ``fn`` gets None and
+    builds the mask its program used). The evaluation uses it to export the attention its
     labels measured (``evaluation/label_programs.py``)."""
     if name in ATTNS:
         raise ExportError(f"attention {name!r} is built in; register another name")
     _ATTENTION_FUNCTIONS[name] = fn
+    (_MASKLESS.discard if mask else _MASKLESS.add)(name)
+
+
+def _no_mask(*_: Any, **__: Any) -> None:
+    return None
 
 
 def _register_with_transformers(name: str, transformers: Any) -> None:
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
 
     transformers.AttentionInterface.register(name, _ATTENTION_FUNCTIONS[name])
-    AttentionMaskInterface.register(name, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+    AttentionMaskInterface.register(
+        name, _no_mask if name in _MASKLESS else ALL_MASK_ATTENTION_FUNCTIONS["eager"])
 
 
 def with_layers(data: dict[str, Any], layers: int) -> dict[str, Any]:

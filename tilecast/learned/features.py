@@ -127,6 +127,10 @@ class KernelColumns:
     # Bytes that come from DRAM whatever the L2 holds: a model's weights, when its pass reads
     # more of them than the L2 keeps (analyzer/weights.py); None: 0 (a kernel benchmark).
     cold_bytes: np.ndarray | None = None
+    # Elementwise: a broadcast operand's extra reads, and the slice of it one repeat reads
+    # (analyzer/costs/broadcast.py); None: 0 (the sweep's rows broadcast nothing).
+    reread_bytes: np.ndarray | None = None
+    reread_slice: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -258,7 +262,20 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
         "operands_per_element": kc.bytes / (elements * np.maximum(kc.itemsize, 1e-3)),
         "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
     return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
-                   block_bytes)
+                   block_bytes, 0.0, broadcast_misses(kc, dc))
+
+
+def broadcast_misses(kc: KernelColumns, dc: DeviceColumns) -> np.ndarray | float:
+    """DRAM bytes of a broadcast operand's repeated reads, at least: the share of each repeated
+    slice that lies beyond the L2 (no cache holds more than itself). A lower bound: OPT's
+    16.8 MB mask slice is read again from DRAM on the 40-48 MB L2s of the A100 and L4 as well
+    (the streamed scores evict it), while GPT-2's 1 MB bool mask stays in a 2 MB L2; no rule
+    of the L2 size alone separates the two (analyzer/costs/broadcast.py). Monotone: the
+    extra bytes grow with the repeats and a larger slice keeps a smaller share."""
+    if kc.reread_bytes is None or kc.reread_slice is None:
+        return 0.0
+    return kc.reread_bytes * np.maximum(0.0, 1.0 - dc.l2_bytes / np.maximum(kc.reread_slice,
+                                                                         1.0))
 
 
 CYCLIC_KEEP_ALL = 0.5  # of a cache: a cyclic working set up to this share is all kept

@@ -69,6 +69,10 @@ class Parts:
     bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
     weight: np.ndarray  # bytes of a B operand that is a layer's weight (analyzer/weights.py)
     fused: np.ndarray  # bool: a fused attention kernel's equivalent GEMM (matmul only)
+    # Elementwise: a broadcast operand's extra reads and the slice one repeat reads
+    # (analyzer/costs/broadcast.py); 0 elsewhere.
+    reread: np.ndarray
+    reread_slice: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,11 @@ class Routed:
 
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
-                   "estimated")
+                   "estimated", "reread")
 _MM = attrgetter("b", "m", "n", "k", "weight_b")
 _ROWS = attrgetter("rows", "cols")
+_REREAD = attrgetter("bytes", "slice_bytes")
+_NO_REREAD = (0, 0)
 
 
 def _layout_code(op_type: str, mm) -> int:
@@ -106,8 +112,8 @@ def _layout_code(op_type: str, mm) -> int:
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
-    """(numbers (n, 16), dtype names, unit names) read from the kernels in one pass (the hot
-    loop of serving: C-level attribute getters, one tuple per kernel); the last two columns
+    """(numbers (n, 18), dtype names, unit names) read from the kernels in one pass (the hot
+    loop of serving: C-level attribute getters, one tuple per kernel); columns 14 and 15
     index the name lists."""
     recs = []
     append = recs.append
@@ -115,7 +121,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
     units: dict[str, int] = {}
     size, kinds = DTYPE_SIZE, _KIND
     for kernel in kernels:
-        fam, flops, nbytes, dtype, elements, mm, rd, unit, est = _COST(kernel.cost)
+        fam, flops, nbytes, dtype, elements, mm, rd, unit, est, rr = _COST(kernel.cost)
         d = dtypes.get(dtype)
         if d is None:
             d = dtypes[dtype] = len(dtypes)
@@ -125,8 +131,9 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
         append((kinds.get(fam, _OTHER), flops, nbytes, size.get(dtype, 4), elements,
                 *(_MM(mm) if mm is not None else _NO_MM),
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
-                _layout_code(kernel.op_type, mm), est, d, u))
-    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 16)
+                _layout_code(kernel.op_type, mm), est, d, u,
+                *(_REREAD(rr) if rr is not None else _NO_REREAD)))
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 18)
     return arr, list(dtypes), list(units)
 
 
@@ -139,7 +146,9 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
         dtype, unit, layout if layout is not None else np.full(n, "nn", dtype=object),
         np.full(n, primary), np.broadcast_to(np.asarray(fallback, dtype=bool), (n,)).copy(),
         np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64),
-        np.broadcast_to(np.asarray(cols.get("fused", False), dtype=bool), (n,)).copy())
+        np.broadcast_to(np.asarray(cols.get("fused", False), dtype=bool), (n,)).copy(),
+        *(np.asarray(cols.get(k, np.zeros(n)), dtype=np.float64)
+          for k in ("reread", "reread_slice")))
 
 
 def _bytewise(p: Parts) -> Parts:
@@ -194,6 +203,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     estimated = a[:, 13] > 0
     col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
                     "weight_b", "rows", "cols", "gemm"), a.T[:13], strict=True))
+    col["reread"], col["reread_slice"] = a[:, 16], a[:, 17]
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions

@@ -4,13 +4,17 @@ Counting rule (see types.py): +, -, *, /, compare, select, convert and each spec
 (exp, log, sqrt, erf, tanh, sin, cos, ...) count 1 -- special functions are SFU instructions or
 short polynomials, and these kernels are memory-bound on GPUs anyway. Composite activations count
 the arithmetic of their defining formula on top; each number below says how.
-Broadcast inputs are read once at their own size; the work is per output element.
+Broadcast inputs count once at their own size in ``bytes``; what a kernel reads again when a
+broadcast dim repeats is recorded beside it (``broadcast.py``). The work is per output element.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..registry import CostFn, register_all
 from ..types import NodeView, OpCost
+from .broadcast import broadcast_reread
 from .common import (
     attr_str,
     has_input,
@@ -32,8 +36,10 @@ SIGMOID = 3  # 1 / (1 + exp(-x)): exp (negation folds into it), add, divide
 def _cost(node: NodeView, flops_per_element: int, *, out_dtype: bool = False) -> OpCost:
     n = prod(out_shape(node))
     dtype = node.outputs[0].dtype if out_dtype else None
-    return vector_cost(node, "elementwise", flops_per_element * n, io_bytes(node),
+    cost = vector_cost(node, "elementwise", flops_per_element * n, io_bytes(node),
                        dtype=dtype, elements=n)
+    reread = broadcast_reread(node)
+    return cost if reread is None else replace(cost, reread=reread)
 
 
 def elementwise(flops_per_element: int, *, out_dtype: bool = False) -> CostFn:
