@@ -268,8 +268,8 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
 def broadcast_misses(kc: KernelColumns, dc: DeviceColumns) -> np.ndarray | float:
     """DRAM bytes of a broadcast operand's repeated reads, at least: the share of each repeated
     slice that lies beyond the L2 (no cache holds more than itself). A lower bound: OPT's
-    16.8 MB mask slice is read again from DRAM on the 40-48 MB L2s of the A100 and L4 as well
-    (the streamed scores evict it), while GPT-2's 1 MB bool mask stays in a 2 MB L2; no rule
+    16.8 MB mask slice is read again from DRAM on the 40-48 MB L2s of the A100 and L4 as well,
+    as their measured times show, while GPT-2's 1 MB bool mask stays in a 2 MB L2; no rule
     of the L2 size alone separates the two (analyzer/costs/broadcast.py). Monotone: the
     extra bytes grow with the repeats and a larger slice keeps a smaller share."""
     if kc.reread_bytes is None or kc.reread_slice is None:
