@@ -86,3 +86,30 @@ def test_more_repeats_never_cost_less() -> None:
     dev, p = load_device("Tesla T4"), default_predictor()
     times = [p.predict([_mask_add(h, True)], dev)[0].latency_ms for h in (2, 4, 8, 16, 32)]
     assert times == sorted(times)
+
+
+def _analyzed_mask_add(b: int, h: int, s: int, dtype: str) -> Kernel:
+    """The analyzer's own cost of ``[b, h, s, s] + [b, 1, s, s]`` (re-reads included)."""
+    c = cost_of(f"{dtype}[{b},{h},{s},{s}] x, {dtype}[{b},1,{s},{s}] m", "y = Add(x, m)", "Add")
+    return Kernel("add", ("add",), "Add", c)
+
+
+hypothesis = pytest.importorskip("hypothesis", reason="property tests need hypothesis")
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@given(b=st.integers(1, 8), h=st.integers(1, 64), s=st.sampled_from((64, 256, 1024, 2048)),
+       dtype=st.sampled_from(("float", "float16")), twice=st.sampled_from(("b", "h")))
+@settings(max_examples=30, deadline=None, derandomize=True)
+def test_a_mask_add_never_gets_faster_with_more_batch_or_heads(b, h, s, dtype, twice) -> None:
+    from tilecast.device_db import list_devices
+    from tilecast.learned.predictor import default_predictor
+
+    p = default_predictor()
+    small = _analyzed_mask_add(b, h, s, dtype)
+    big = _analyzed_mask_add(2 * b if twice == "b" else b, 2 * h if twice == "h" else h, s,
+                             dtype)
+    for dev in list_devices():
+        a, c = (p.predict([k], dev)[0].latency_ms for k in (small, big))
+        assert c >= a, (dev.name, b, h, s, dtype, twice)
