@@ -180,3 +180,29 @@ def test_conv_larger_batch_never_takes_less_time(dtype, base, factor) -> None:
 @given(dtype=st.sampled_from(CONV_DTYPES), base=dims)
 def test_conv_inside_its_envelope(dtype, base) -> None:
     test_every_kernel_inside_its_envelope.hypothesis.inner_test("conv", dtype, base)
+
+
+def _analyzed_mask_add(b: int, h: int, s: int, dtype: str) -> Kernel:
+    """The analyzer's own cost of ``[b, h, s, s] + [b, 1, s, s]`` (re-reads included)."""
+    from test_costs import cost_of
+
+    c = cost_of(f"{dtype}[{b},{h},{s},{s}] x, {dtype}[{b},1,{s},{s}] m", "y = Add(x, m)", "Add")
+    return Kernel("add", ("add",), "Add", c)
+
+
+@given(b=st.integers(1, 8), h=st.integers(2, 64),
+       s=st.sampled_from((16, 64, 256, 1024, 2048)),
+       dtype=st.sampled_from(("float", "float16")), twice=st.sampled_from(("b", "h")))
+@settings(max_examples=40, deadline=None, derandomize=True)
+@example(b=1, h=2, s=64, dtype="float", twice="h")  # P100: -0.25 % before per-element loads
+def test_a_mask_add_never_gets_faster_with_more_batch_or_heads(b, h, s, dtype, twice) -> None:
+    # A broadcast operand's unique bytes per element fall as it repeats more (2 + 1/h tensors);
+    # the streams and the loads per element do not (features.elementwise_features). From
+    # h = 1 the mask is no broadcast: the kernel changes from a three- to a two-stream add.
+    p = _predictor()
+    small = _analyzed_mask_add(b, h, s, dtype)
+    big = _analyzed_mask_add(2 * b if twice == "b" else b, 2 * h if twice == "h" else h, s,
+                             dtype)
+    for dev in DEVICES:  # float32 inference: 1e-5 relative is rounding
+        a, c = (p.predict([k], dev)[0].latency_ms for k in (small, big))
+        assert c >= a * (1 - 1e-5), (dev.name, b, h, s, dtype, twice)

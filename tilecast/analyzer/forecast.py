@@ -13,7 +13,7 @@ from typing import Any
 
 from ..device_db.device import Device
 from ..errors import ConfigError, DeviceError
-from .types import DTYPE_SIZE, Kernel, MatmulDims, OpCost
+from .types import DTYPE_SIZE, BroadcastReread, Kernel, MatmulDims, OpCost
 
 SCHEMA_VERSION = 1
 PHASES = ("forward", "backward", "update")
@@ -64,6 +64,11 @@ class KernelForecast:
             "misaligned": misaligned_gemm(k), "estimated": c.estimated,
             "matmul": None if c.matmul is None else
             {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
+            # A broadcast operand's extra reads, beyond ``bytes`` (costs/broadcast.py): how much
+            # of them the GPU's L2 serves is the predictor's part of the latency.
+            "reread": None if c.reread is None else
+            {"bytes": c.reread.bytes, "slice_bytes": c.reread.slice_bytes,
+             "operand_bytes": c.reread.operand_bytes},
         }
 
     @classmethod
@@ -77,12 +82,19 @@ class KernelForecast:
         if mm is not None and not (isinstance(mm, Mapping) and all(
                 isinstance(mm.get(d), int) for d in "bmnk")):
             raise ConfigError(f"{where}: field 'matmul' must be null or {{b, m, n, k}} ints")
+        rr = data.get("reread")
+        fields = ("bytes", "slice_bytes", "operand_bytes")
+        if rr is not None and not (isinstance(rr, Mapping) and all(
+                isinstance(rr.get(f), int) for f in fields)):
+            raise ConfigError(f"{where}: field 'reread' must be null or {{{', '.join(fields)}}} "
+                              "ints")
         cost = OpCost(family=_field(data, "family", str, where),
                       flops=_field(data, "flops", int, where),
                       bytes=_field(data, "bytes", int, where),
                       dtype=str(data.get("dtype", "unknown")),
                       matmul=None if mm is None else MatmulDims(mm["b"], mm["m"], mm["n"], mm["k"]),
-                      estimated=bool(data.get("estimated", False)))
+                      estimated=bool(data.get("estimated", False)),
+                      reread=None if rr is None else BroadcastReread(*(rr[f] for f in fields)))
         kernel = Kernel(name, tuple(str(n) for n in data.get("nodes", (name,))),
                         _field(data, "op_type", str, where), cost,
                         phase=_field(data, "phase", str, where))
@@ -334,7 +346,7 @@ def _sample() -> Forecast:
     from ..device_db import load_device
 
     cost = OpCost(family="matmul", flops=2, bytes=12, dtype="float32", unit="matrix",
-                  matmul=MatmulDims(1, 1, 1, 1))
+                  matmul=MatmulDims(1, 1, 1, 1), reread=BroadcastReread(4, 4, 4))
     kernel = KernelForecast(Kernel("mm", ("mm",), "MatMul", cost), 0.01, "compute", "128x128")
     return Forecast("model.onnx", load_device("l4"), "inference", "roofline", (kernel,),
                     unsupported={"Foo": 1}, zero_cost={"Shape": 1}, dims={"batch": 1},

@@ -143,7 +143,8 @@ def _group_reread(costed) -> BroadcastReread | None:
     rr = [r.cost.reread for r in costed if r.cost.reread is not None]
     if not rr:
         return None
-    return BroadcastReread(sum(r.bytes for r in rr), max(r.slice_bytes for r in rr))
+    return BroadcastReread(sum(r.bytes for r in rr), max(r.slice_bytes for r in rr),
+                           sum(r.operand_bytes for r in rr))
 
 
 def _external_tensors(rs, inside, cons, producer, outputs):

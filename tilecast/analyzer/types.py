@@ -152,11 +152,13 @@ class RowDims:
 class BroadcastReread:
     """An elementwise op's broadcast operand, read again for every repeat of its broadcast
     dims (``costs/broadcast.py``). ``bytes``: those extra reads when no cache keeps the operand
-    between repeats; ``slice_bytes``: the part of it one repeat reads. Whether they come from
-    DRAM depends on the GPU's L2, so the predictor decides."""
+    between repeats; ``slice_bytes``: the part of it one repeat reads; ``operand_bytes``: the
+    operand itself, once (counted in the cost's ``bytes``). Whether the repeats come from DRAM
+    depends on the GPU's L2, so the predictor decides."""
 
     bytes: int
     slice_bytes: int
+    operand_bytes: int
 
 
 @dataclass(frozen=True)

@@ -92,7 +92,8 @@ UNITS: dict[str, str] = {
     "log2_split": "log2 of the split-K slices (grid z)",
     "layout_tn": "1 for a linear layer's weight layout (transposed B), 0 for a batched matmul",
     "tensor_core": "1 when the kernel runs on tensor / matrix cores, 0 on SIMT units",
-    "operands_per_element": "bytes / (elements * itemsize) (tensors moved per element)",
+    "operands_per_element": "(bytes less a broadcast operand) / (elements * itemsize): "
+                            "tensors streamed per element",
     "log2_flops_per_element": "log2(1 + FLOPs / elements)",
     "log2_cols": "log2 of the row length (elements)",
     "log2_threads": "log2(threads per block / 128)",
@@ -127,10 +128,11 @@ class KernelColumns:
     # Bytes that come from DRAM whatever the L2 holds: a model's weights, when its pass reads
     # more of them than the L2 keeps (analyzer/weights.py); None: 0 (a kernel benchmark).
     cold_bytes: np.ndarray | None = None
-    # Elementwise: a broadcast operand's extra reads, and the slice of it one repeat reads
-    # (analyzer/costs/broadcast.py); None: 0 (the sweep's rows broadcast nothing).
+    # Elementwise: a broadcast operand's extra reads, the slice of it one repeat reads, and
+    # its own bytes (analyzer/costs/broadcast.py); None: 0 (the sweep's rows broadcast nothing).
     reread_bytes: np.ndarray | None = None
     reread_slice: np.ndarray | None = None
+    reread_operand: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -257,12 +259,32 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     elements = np.maximum(kc.elements, 1.0)
     blocks, per_block = tl.elementwise_tiles(elements, kc.itemsize)
     slots = _slots(dc, np.full_like(blocks, tl.ELEMENTWISE_THREADS))
-    block_bytes = per_block * kc.bytes / elements
+    # What a block loads and stores per element: each operand once, a broadcast one included
+    # (its repeats come from a cache or DRAM, but every element still loads it). Unique bytes
+    # fall per element as a broadcast operand repeats more ([b, h, s, s] + [b, 1, s, s]:
+    # 2 + 1/h tensors' worth), which made a one-wave kernel with more heads forecast faster
+    # (to 1 % on the MI250; tests/test_predictor_properties.py).
+    moved = kc.bytes + (0.0 if kc.reread_bytes is None else kc.reread_bytes)
+    block_bytes = per_block * moved / elements
     x = _device_x(kc, dc) | {
-        "operands_per_element": kc.bytes / (elements * np.maximum(kc.itemsize, 1e-3)),
+        "operands_per_element": streams_per_element(kc, elements),
         "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
     return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
                    block_bytes, 0.0, broadcast_misses(kc, dc))
+
+
+def streams_per_element(kc: KernelColumns, elements: np.ndarray) -> np.ndarray:
+    """Tensors a kernel streams per output element, in its dtype's width: bytes / (elements *
+    itemsize), a broadcast operand left out. Counted in, it is a fraction of a stream (2 + 1/h
+    for a [b, 1, s, s] mask over h heads) that shrinks as the heads grow, and that moved the
+    utilization the model reads: more heads were forecast faster (P100, 2 -> 4 heads at s =
+    64: -0.25 %). Its repeats are charged to the work terms instead (``broadcast_misses``).
+    Counting it as a whole third stream was monotone too, but read a two-stream kernel as a
+    three-stream add: BERT's mask add went from 0.95 to 1.21x of its measured time on the
+    P100, 1.00 to 1.12x on the V100. The training rows broadcast nothing: their inputs are
+    unchanged."""
+    nbytes = kc.bytes if kc.reread_operand is None else kc.bytes - kc.reread_operand
+    return nbytes / (elements * np.maximum(kc.itemsize, 1e-3))
 
 
 def broadcast_misses(kc: KernelColumns, dc: DeviceColumns) -> np.ndarray | float:

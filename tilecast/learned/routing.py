@@ -69,10 +69,11 @@ class Parts:
     bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
     weight: np.ndarray  # bytes of a B operand that is a layer's weight (analyzer/weights.py)
     fused: np.ndarray  # bool: a fused attention kernel's equivalent GEMM (matmul only)
-    # Elementwise: a broadcast operand's extra reads and the slice one repeat reads
-    # (analyzer/costs/broadcast.py); 0 elsewhere.
+    # Elementwise: a broadcast operand's extra reads, the slice one repeat reads and the
+    # operand's own bytes (analyzer/costs/broadcast.py); 0 elsewhere.
     reread: np.ndarray
     reread_slice: np.ndarray
+    reread_operand: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -100,8 +101,8 @@ _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "r
                    "estimated", "reread")
 _MM = attrgetter("b", "m", "n", "k", "weight_b")
 _ROWS = attrgetter("rows", "cols")
-_REREAD = attrgetter("bytes", "slice_bytes")
-_NO_REREAD = (0, 0)
+_REREAD = attrgetter("bytes", "slice_bytes", "operand_bytes")
+_NO_REREAD = (0, 0, 0)
 
 
 def _layout_code(op_type: str, mm) -> int:
@@ -112,7 +113,7 @@ def _layout_code(op_type: str, mm) -> int:
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
-    """(numbers (n, 18), dtype names, unit names) read from the kernels in one pass (the hot
+    """(numbers (n, 19), dtype names, unit names) read from the kernels in one pass (the hot
     loop of serving: C-level attribute getters, one tuple per kernel); columns 14 and 15
     index the name lists."""
     recs = []
@@ -133,7 +134,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
                 _layout_code(kernel.op_type, mm), est, d, u,
                 *(_REREAD(rr) if rr is not None else _NO_REREAD)))
-    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 18)
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 19)
     return arr, list(dtypes), list(units)
 
 
@@ -148,7 +149,7 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
         np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64),
         np.broadcast_to(np.asarray(cols.get("fused", False), dtype=bool), (n,)).copy(),
         *(np.asarray(cols.get(k, np.zeros(n)), dtype=np.float64)
-          for k in ("reread", "reread_slice")))
+          for k in ("reread", "reread_slice", "reread_operand")))
 
 
 def _bytewise(p: Parts) -> Parts:
@@ -203,7 +204,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     estimated = a[:, 13] > 0
     col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
                     "weight_b", "rows", "cols", "gemm"), a.T[:13], strict=True))
-    col["reread"], col["reread_slice"] = a[:, 16], a[:, 17]
+    col["reread"], col["reread_slice"], col["reread_operand"] = a[:, 16], a[:, 17], a[:, 18]
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions

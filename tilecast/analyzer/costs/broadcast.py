@@ -56,8 +56,8 @@ def _operand(t: TensorInfo, out: Shape) -> BroadcastReread | None:
     repeats = 1
     for d in outer:
         repeats *= out[d]
-    return BroadcastReread(int((repeats - 1) * t.nbytes), int(_inner_bytes(t, len(out),
-                                                                           outer[-1])))
+    return BroadcastReread(int((repeats - 1) * t.nbytes),
+                           int(_inner_bytes(t, len(out), outer[-1])), int(t.nbytes))
 
 
 def broadcast_reread(node: NodeView) -> BroadcastReread | None:
