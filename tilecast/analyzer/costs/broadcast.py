@@ -23,6 +23,7 @@ The bound charges the first case only where the slice outgrows the L2 (docs/pred
 from __future__ import annotations
 
 from ..types import BroadcastReread, NodeView, TensorInfo
+from .common import prod
 
 Shape = tuple[int, ...]
 
@@ -35,10 +36,7 @@ def _aligned(shape: Shape, rank: int) -> Shape:
 def _inner_bytes(t: TensorInfo, rank: int, dim: int) -> float:
     """Bytes of ``t`` one step of output dim ``dim`` walks (its dims after ``dim``): the slice
     read again at the next step."""
-    n = 1
-    for d in _aligned(t.shape, rank)[dim + 1:]:
-        n *= d
-    return n * t.itemsize
+    return prod(_aligned(t.shape, rank)[dim + 1:]) * t.itemsize
 
 
 def _operand(t: TensorInfo, out: Shape) -> BroadcastReread | None:
@@ -53,9 +51,7 @@ def _operand(t: TensorInfo, out: Shape) -> BroadcastReread | None:
     outer = [d for d in range(real[-1]) if s[d] == 1 and out[d] > 1]
     if not outer:
         return None
-    repeats = 1
-    for d in outer:
-        repeats *= out[d]
+    repeats = prod(out[d] for d in outer)
     return BroadcastReread(int((repeats - 1) * t.nbytes),
                            int(_inner_bytes(t, len(out), outer[-1])), int(t.nbytes))
 
