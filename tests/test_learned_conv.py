@@ -64,6 +64,30 @@ def test_algorithm_flops(algo, ratio):
     assert work.bytes[0] - work.transform_bytes[0] == pytest.approx(io)
 
 
+# A fused Winograd block: 32 output channels x 32 tiles of 2x2 outputs as the name's
+# tile<a><b><c> lays them out (a images x b x c tiles). N 38, K 326, 3x3 map (the first row of
+# the P4 CSV, grid 209): tile244 -> ceil(38/2) * ceil(3/8) * ceil(3/8) * ceil(326/32) = 19 * 11
+# = 209; tile148 -> 38 * ceil(3/8) * ceil(3/16) * 11 = 418; tile418 -> 10 * ceil(3/2) * 1 * 11
+# = 220 (2x2 tiles: a map of 3 needs two rows of them).
+@pytest.mark.parametrize("name, block, blocks", [
+    ("cudnn_infer_maxwell_scudnn_winograd_128x128_ldg1_ldg4_relu_tile244n_nt_v1",
+     (2.0, 4.0, 4.0), 209),
+    (";void cudnn::winograd::generatewinogradtileskernel<1, float, float>(x);cudnn_infer_"
+     "maxwell_scudnn_winograd_128x128_ldg1_ldg4_mobile_relu_tile148t_nt_v1", (1.0, 4.0, 8.0), 418),
+    ("cudnn_infer_maxwell_scudnn_winograd_128x128_ldg1_ldg4_relu_tile418n_nt_v1",
+     (4.0, 1.0, 8.0), 220),
+    ("cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1", cv.FUSED_DEFAULT, 418),  # none shown
+])
+def test_fused_winograd_block_from_kernel_names(name, block, blocks):
+    assert cv.fused_block(name) == block
+    cc = replace(_cols(38, 893, 326, 3), fused=np.array([block]))
+    work = cv.algorithm_work(cc, np.array(["winograd"], dtype=object), np.zeros(1, dtype=bool))
+    assert work.tiles[0] == blocks
+    # useful outputs / computed: 38 * 326 * 3 * 3 over blocks * 32 channels * 128 outputs
+    assert work.tile_efficiency[0] == pytest.approx(38 * 326 * 9 / (blocks * 32 * 128))
+    assert work.flops[0] == pytest.approx(2 * 16 * 38 * 2 * 2 * 893 * 326)  # no padding
+
+
 def test_tensor_core_path_pads_channels_and_transposes_nchw():
     """fp16 tensor cores: C=3 pads to 8 (FLOPs x 8/3); NCHW X and Y transposed in and out."""
     cc = _cols(1, 3, 64, 32, r=7, stride=2, dtype="float16")
@@ -287,6 +311,23 @@ def test_conv_csv_reader_and_heldout_shapes(tmp_path):
         assert side.setdefault(kk, h) == h
 
 
+def test_the_serving_rule_does_not_know_the_fused_block_that_ran(tmp_path):
+    """Training reads each row's fused Winograd layout; the fastest-candidate rule (kernels-eval,
+    the protocol) costs tile148, as a forecast of an unmeasured conv must."""
+    from tilecast.learned import conv_data as cd
+
+    write_conv_csvs(tmp_path)
+    s = cd.load_conv([tmp_path])
+    other = replace(s, fused=np.tile([4.0, 4.0, 2.0], (len(s), 1)))
+    wino = np.full(len(s), "winograd", dtype=object)
+    trained = [cd.conv_family_data(x, algo=wino).features.compute_ms for x in (s, other)]
+    assert not np.allclose(*trained)  # the layout changes the blocks training sees
+
+    def work_ms(d):
+        return d.features.compute_ms + d.features.wave_ms
+    assert np.array_equal(cd.fastest(s, work_ms)[0], cd.fastest(other, work_ms)[0])
+
+
 @pytest.mark.slow
 def test_trained_artifact_serves_convs(tmp_path):
     """tilecast train on folders with conv CSVs -> an artifact with a conv family whose
@@ -333,3 +374,32 @@ def test_shared_conv_data_algorithms():
         assert {"winograd", "winograd_nonfused", "implicit_precomp_gemm"} <= algos, gpu
     held = cd.heldout_shapes(s)
     assert 0.15 < held.mean() < 0.25
+
+
+@needs_data
+def test_fused_winograd_blocks_reproduce_the_recorded_grids():
+    """Every fused Winograd row of the five GPUs: the block layout its name shows gives its
+    recorded grid (x * y * z) exactly; training reads that layout, a forecast does not."""
+    from tilecast.learned import conv_data as cd
+
+    checked = 0
+    for path in cd.conv_files([DATA]):
+        with path.open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if "scudnn_winograd" in r["Kernel Name"]]
+        n, c, k, hw = (np.array([float(r[col]) for r in rows]) for col in
+                       ("B", "Input_Channel", "Output_Channel", "Input_Size"))
+        block = np.array([cv.fused_block(r["Kernels"]) for r in rows])
+        cc = cv.ConvColumns(n, c, k, hw, hw, hw, hw, *(np.full(len(rows), v) for v in
+                                                       (3.0, 3.0, 1.0, 4.0)),
+                            dtype=np.full(len(rows), "float32", dtype=object),
+                            nhwc=np.zeros(len(rows), dtype=bool), fused=block)
+        work = cv.algorithm_work(cc, np.full(len(rows), "winograd", dtype=object),
+                                 np.zeros(len(rows), dtype=bool))
+        grid = np.array([float(r["Grid x"]) * float(r["Grid y"]) * float(r["Grid z"])
+                         for r in rows])
+        assert (work.tiles == grid).all(), path.name
+        checked += len(rows)
+    assert checked > 8000
+    s = cd.load_conv([DATA])
+    assert (s.fused != np.array(cv.FUSED_DEFAULT)).any(axis=1).sum() > 1000  # Pascal, A100
+    assert (s.as_served().fused == np.array(cv.FUSED_DEFAULT)).all()

@@ -16,8 +16,14 @@ recorded kernel names show them (``classify_kernels``):
   recorded grids have z = 36) and an output transform; T = N * ceil(P/4) * ceil(Q/4). The
   transformed tensors go through DRAM: ``transform_bytes``.
 - ``winograd``: the fused kernel (``scudnn_winograd_128x128``); counted as F(2x2, 3x3), 16
-  multiplies instead of 36 (2.25x, Lavin & Gray), transforms in registers. Its recorded grids
-  are N * ceil(K/32) * ceil(P/8) * ceil(Q/16) blocks.
+  multiplies instead of 36 (2.25x, Lavin & Gray), transforms in registers. A block computes
+  32 output channels of 32 output tiles of 2 x 2, laid out as the name's ``tile<a><b><c>``
+  says: a images x b x c tiles. Its recorded grids are ceil(N/a) * ceil(K/32) *
+  ceil(P/2b) * ceil(Q/2c) blocks on every fused row of the five GPUs (``fused_block``).
+  ``tile148`` runs on every GPU; Pascal's kernels (``maxwell_``) have five more layouts for
+  small maps and the A100's one more. Training reads the layout from the names; a forecast
+  uses ``tile148`` (docs/predictor.md, "Convolutions": cuDNN's pick among them did not
+  follow from the shape).
 - ``fft``: 32 x 32 FFT tiles (``fft2d_r2c_32x32``): (32-R+1)^2 outputs per tile, a complex
   multiply-add (8 FLOPs) per frequency bin (32 * 17) and (n, c, k), plus 5 N log2 N FLOPs per
   transform (Cooley-Tukey count) and the complex buffers through DRAM.
@@ -31,6 +37,7 @@ Grouped and depthwise convolutions are routed to the memory-bound rule (``routin
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, fields
 
 import numpy as np
@@ -47,7 +54,9 @@ IMPLICIT_TILE = (128, 64)  # scudnn_128x64, the most frequent recorded tile
 # benchmark picks it for convs with few output tiles (7 % of those under 20 tiles of 128 x 64).
 SMALL_TILE = (32, 32)
 WINOGRAD_GEMM_TILE = 64  # *_sgemm_64x64_nn, the most frequent tile of the nonfused SGEMM
-FUSED_BLOCK = (32, 8, 16)  # output channels x rows x cols per block (recorded grids)
+FUSED_CHANNELS = 32  # output channels per fused Winograd block (recorded grids)
+# tile148: 1 image x 4 x 8 tiles of 2 x 2 outputs (8 x 16 outputs), run by every GPU
+FUSED_DEFAULT = (1.0, 4.0, 8.0)
 # Kernels each algorithm launches (the recorded names: offsets + GEMM; tile generation + fused
 # Winograd; data, filter, output transforms + SGEMM; FFT data, filter, product, inverse).
 LAUNCHES = {"implicit_precomp_gemm": 2, "implicit_gemm": 1, "winograd": 2,
@@ -74,6 +83,16 @@ def classify_kernels(kernels: str) -> str:
     return "implicit_precomp_gemm"
 
 
+_FUSED_NAME = re.compile(r"scudnn_winograd_\w*?tile(\d)(\d)(\d)")
+
+
+def fused_block(kernels: str) -> tuple[float, float, float]:
+    """The fused Winograd block a conv's kernel names show (``tile244n``: 2 images x 4 x 4
+    tiles of 2 x 2 outputs), ``FUSED_DEFAULT`` where they show none."""
+    m = _FUSED_NAME.search(kernels)
+    return tuple(float(v) for v in m.groups()) if m else FUSED_DEFAULT
+
+
 @dataclass(frozen=True)
 class ConvColumns:
     """Dense convolutions as parallel float64 arrays (``ConvDims`` fields, one row each)."""
@@ -92,6 +111,7 @@ class ConvColumns:
     dtype: np.ndarray  # str
     nhwc: np.ndarray  # bool: the tensors are channels-last already
     algo: np.ndarray | None = None  # str, one of ALGORITHMS per row (features need it)
+    fused: np.ndarray | None = None  # (rows, 3) fused Winograd block: images, tile rows, cols
 
     def __len__(self) -> int:
         return len(self.n)
@@ -155,6 +175,13 @@ def _pad_to(x: np.ndarray, multiple: np.ndarray) -> np.ndarray:
     return np.ceil(x / multiple) * multiple
 
 
+def _fused_outputs(cc: ConvColumns) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(images, output rows, output cols) of one fused Winograd block per row."""
+    block = np.broadcast_to(np.asarray(FUSED_DEFAULT, dtype=np.float64), (len(cc), 3)) \
+        if cc.fused is None else cc.fused
+    return block[:, 0], 2.0 * block[:, 1], 2.0 * block[:, 2]
+
+
 def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) -> AlgorithmWork:
     """FLOPs, bytes and tiles of each row under its algorithm (module docstring)."""
     mult = np.array([TC_CHANNEL_MULTIPLE.get(d, 1) for d in cc.dtype], dtype=np.float64)
@@ -191,10 +218,11 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     sel = algo == "winograd"  # fused F(2x2, 3x3): alpha = 4
     t2 = cc.n * np.ceil(cc.p / 2) * np.ceil(cc.q / 2)
     flops = np.where(sel, 2.0 * 16.0 * t2 * cc.c * cc.k, flops)
-    kb, rb, qb = FUSED_BLOCK
-    tiles = np.where(sel, cc.n * np.ceil(cc.k / kb) * np.ceil(cc.p / rb) * np.ceil(cc.q / qb),
-                     tiles)
-    eff = np.where(sel, cc.n * cc.k * cc.p * cc.q / (tiles * kb * rb * qb), eff)
+    img, rb, qb = _fused_outputs(cc)
+    tiles = np.where(sel, np.ceil(cc.n / img) * np.ceil(cc.k / FUSED_CHANNELS)
+                     * np.ceil(cc.p / rb) * np.ceil(cc.q / qb), tiles)
+    eff = np.where(sel, cc.n * cc.k * cc.p * cc.q / (tiles * img * FUSED_CHANNELS * rb * qb),
+                   eff)
 
     sel = algo == "fft"
     out_per_tile = np.maximum(FFT_TILE - cc.r + 1, 1.0)

@@ -54,6 +54,7 @@ class ConvSamples:
     pad: np.ndarray
     nhwc: np.ndarray  # bool
     algo: np.ndarray  # str: the algorithm the recorded kernel names show
+    fused: np.ndarray  # (rows, 3): the fused Winograd block the names show (conv.fused_block)
     kernels: np.ndarray  # str: the recorded names
     position: np.ndarray  # the row's place in its CSV: 0 first, 1 last (the measuring order)
     drift_ms: np.ndarray  # the harness drift taken out of latency_ms (sweep_drift)
@@ -74,9 +75,16 @@ class ConvSamples:
         return ConvSamples(**{f.name: np.concatenate([getattr(p, f.name) for p in parts])
                               for f in fields(ConvSamples)})
 
+    def as_served(self) -> ConvSamples:
+        """The rows as a forecast sees them: the shape, not the fused Winograd block that ran
+        (every kernel family has ``conv.FUSED_DEFAULT``; docs/predictor.md, "Convolutions")."""
+        return replace(self, fused=np.tile(np.asarray(cv.FUSED_DEFAULT, dtype=np.float64),
+                                           (len(self), 1)))
+
     def columns(self, algo: np.ndarray | None = None) -> cv.ConvColumns:
         return cv.ConvColumns(self.n, self.c, self.k, self.h, self.w, self.p, self.q, self.r,
-                              self.s, self.stride, self.itemsize, self.dtype, self.nhwc, algo)
+                              self.s, self.stride, self.itemsize, self.dtype, self.nhwc, algo,
+                              self.fused)
 
 
 def _num(row: dict[str, str], key: str, default: float) -> float:
@@ -100,7 +108,8 @@ def _row(r: dict[str, str]) -> dict | None:
     return d | {"device": r["Device"].strip(), "latency_ms": float(r["Latency"]),
                 "dtype": dtype, "itemsize": float(DTYPE_SIZE.get(dtype, 4)),
                 "nhwc": _num(r, "Channels_Last", 0) == 1,
-                "algo": cv.classify_kernels(kernels), "kernels": kernels}
+                "algo": cv.classify_kernels(kernels), "kernels": kernels,
+                "fused": cv.fused_block(kernels)}
 
 
 def read_conv_csv(path: Path, drift: bool = True) -> ConvSamples | None:
@@ -204,6 +213,7 @@ def fastest(s: ConvSamples, predict_ms: Callable[[FamilyData], np.ndarray],
     """(forecast ms, algorithm) per row: the fastest of the candidate algorithms cuDNN offers
     (``conv.candidates``), each forecast by ``predict_ms``; the serving rule
     (``predictor._fastest``), for the torch models of training and the protocol."""
+    s = s.as_served()
     row, algo = cv.candidates(s.columns())
     ms = predict_ms(conv_family_data(s.select(row), lookup, algo))
     best = np.full(len(s), np.inf)
