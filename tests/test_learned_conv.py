@@ -59,8 +59,9 @@ def test_algorithm_flops(algo, ratio):
     direct = 2 * 2 * 64 * 8 * 8 * 64 * 9
     assert work.flops[0] == pytest.approx(direct / ratio)
     io = 4 * (2 * 64 * 64 + 64 * 64 * 9 + 2 * 64 * 64)
-    # Non-fused Winograd moves its transformed operands through DRAM; the others do not.
-    assert (work.bytes[0] > io) == (algo == "winograd_nonfused")
+    # Winograd moves transformed operands through DRAM (non-fused: all three; fused: the
+    # filter's 4x4 tiles); the GEMMs do not.
+    assert (work.bytes[0] > io) == algo.startswith("winograd")
     assert work.bytes[0] - work.transform_bytes[0] == pytest.approx(io)
 
 
@@ -86,6 +87,9 @@ def test_fused_winograd_block_from_kernel_names(name, block, blocks):
     # useful outputs / computed: 38 * 326 * 3 * 3 over blocks * 32 channels * 128 outputs
     assert work.tile_efficiency[0] == pytest.approx(38 * 326 * 9 / (blocks * 32 * 128))
     assert work.flops[0] == pytest.approx(2 * 16 * 38 * 2 * 2 * 893 * 326)  # no padding
+    # X + W + Y once, plus the 4x4-transformed filter written and read back (2 * 16 C K)
+    io = 4 * (38 * 893 * 9 + 326 * 893 * 9 + 38 * 326 * 9)
+    assert work.bytes[0] == pytest.approx(io + 4 * 2 * 16 * 893 * 326)
 
 
 def test_tensor_core_path_pads_channels_and_transposes_nchw():

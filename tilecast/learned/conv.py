@@ -16,7 +16,9 @@ recorded kernel names show them (``classify_kernels``):
   recorded grids have z = 36) and an output transform; T = N * ceil(P/4) * ceil(Q/4). The
   transformed tensors go through DRAM: ``transform_bytes``.
 - ``winograd``: the fused kernel (``scudnn_winograd_128x128``); counted as F(2x2, 3x3), 16
-  multiplies instead of 36 (2.25x, Lavin & Gray), transforms in registers. A block computes
+  multiplies instead of 36 (2.25x, Lavin & Gray), data and output transforms in registers.
+  The filter is transformed first by its own kernel (``generateWinogradTilesKernel``): its
+  4 x 4 tiles, 16 C K values, are written and read back (``transform_bytes``). A block computes
   32 output channels of 32 output tiles of 2 x 2, laid out as the name's ``tile<a><b><c>``
   says: a images x b x c tiles. Its recorded grids are ceil(N/a) * ceil(K/32) *
   ceil(P/2b) * ceil(Q/2c) blocks on every fused row of the five GPUs (``fused_block``).
@@ -223,6 +225,8 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
                      * np.ceil(cc.p / rb) * np.ceil(cc.q / qb), tiles)
     eff = np.where(sel, cc.n * cc.k * cc.p * cc.q / (tiles * img * FUSED_CHANNELS * rb * qb),
                    eff)
+    # the transformed filter (4 x 4 per channel pair), written by its kernel and read back
+    extra = np.where(sel, cc.itemsize * 2.0 * 16.0 * cc.c * cc.k, extra)
 
     sel = algo == "fft"
     out_per_tile = np.maximum(FFT_TILE - cc.r + 1, 1.0)
