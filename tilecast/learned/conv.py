@@ -57,6 +57,7 @@ IMPLICIT_TILE = (128, 64)  # scudnn_128x64, the most frequent recorded tile
 SMALL_TILE = (32, 32)
 WINOGRAD_GEMM_TILE = 64  # *_sgemm_64x64_nn, the most frequent tile of the nonfused SGEMM
 FUSED_CHANNELS = 32  # output channels per fused Winograd block (recorded grids)
+FUSED_TILES = 32  # 2 x 2 output tiles per fused block, whatever their layout
 # tile148: 1 image x 4 x 8 tiles of 2 x 2 outputs (8 x 16 outputs), run by every GPU
 FUSED_DEFAULT = (1.0, 4.0, 8.0)
 # Kernels each algorithm launches (the recorded names: offsets + GEMM; tile generation + fused
@@ -90,9 +91,11 @@ _FUSED_NAME = re.compile(r"scudnn_winograd_\w*?tile(\d)(\d)(\d)")
 
 def fused_block(kernels: str) -> tuple[float, float, float]:
     """The fused Winograd block a conv's kernel names show (``tile244n``: 2 images x 4 x 4
-    tiles of 2 x 2 outputs), ``FUSED_DEFAULT`` where they show none."""
+    tiles of 2 x 2 outputs), ``FUSED_DEFAULT`` where they show none or a layout that is not
+    32 tiles (every recorded one is; another would be a kernel this model does not know)."""
     m = _FUSED_NAME.search(kernels)
-    return tuple(float(v) for v in m.groups()) if m else FUSED_DEFAULT
+    block = tuple(float(v) for v in m.groups()) if m else FUSED_DEFAULT
+    return block if block[0] * block[1] * block[2] == FUSED_TILES else FUSED_DEFAULT
 
 
 @dataclass(frozen=True)
