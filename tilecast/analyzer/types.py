@@ -183,6 +183,9 @@ class OpCost:
     # Elementwise ops: a broadcast operand read again per repeat (not in ``bytes``, which
     # counts each tensor once).
     reread: BroadcastReread | None = None
+    # A conv whose epilogue reads another tensor (a residual add fused under a graph runtime,
+    # ``analyzer.epilogues``): those bytes, already in ``bytes``.
+    epilogue_bytes: int = 0
 
 
 @dataclass(frozen=True)

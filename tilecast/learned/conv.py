@@ -117,6 +117,7 @@ class ConvColumns:
     nhwc: np.ndarray  # bool: the tensors are channels-last already
     algo: np.ndarray | None = None  # str, one of ALGORITHMS per row (features need it)
     fused: np.ndarray | None = None  # (rows, 3) fused Winograd block: images, tile rows, cols
+    epilogue_bytes: np.ndarray | None = None  # a fused epilogue's extra reads (a residual)
 
     def __len__(self) -> int:
         return len(self.n)
@@ -193,7 +194,7 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     mult = np.where(matrix_dtype, mult, 1.0)
     c, k = _pad_to(cc.c, mult), _pad_to(cc.k, mult)
     x_b, w_b, y_b = tensor_bytes(cc)
-    io = x_b + w_b + y_b
+    io = x_b + w_b + y_b + (0.0 if cc.epilogue_bytes is None else cc.epilogue_bytes)
     # NCHW tensors on the tensor-core path: X transposed in (read + write) and Y back out.
     transpose = np.where(matrix_dtype & ~cc.nhwc, 2 * (x_b + y_b), 0.0)
     m = cc.n * cc.p * cc.q

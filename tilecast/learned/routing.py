@@ -190,7 +190,10 @@ def _conv_parts(kernels: Sequence[Kernel], idx: np.ndarray, dtype: np.ndarray,
     n = len(idx)
     dims = {f: np.array([getattr(g, f) for g in geo], dtype=np.float64).reshape(n)
             for f in _CONV_FIELDS}
-    cols = ConvColumns(**dims, itemsize=itemsize, dtype=dtype, nhwc=np.zeros(n, dtype=bool))
+    epilogue = np.array([g.epilogue_bytes for g in (kernels[i].cost for i in idx)],
+                        dtype=np.float64).reshape(n)
+    cols = ConvColumns(**dims, itemsize=itemsize, dtype=dtype, nhwc=np.zeros(n, dtype=bool),
+                       epilogue_bytes=epilogue)
     unit = np.where(np.isin(dtype, list(TC_CHANNEL_MULTIPLE)), "matrix", "vector")
     no = np.zeros(n, dtype=bool)
     return ConvParts(idx, cols, dtype, unit.astype(object), ~no, no, no.copy())

@@ -1,0 +1,91 @@
+"""Conv epilogues under the graph runtime: a residual or bias add and a ReLU run inside the
+conv kernel (cuDNN's fused conv-bias-activation, TensorRT's and XLA's fusions); eager
+PyTorch and a CUDA-graph replay keep them as kernels."""
+
+from __future__ import annotations
+
+import onnx.parser
+import pytest
+
+import tilecast
+from tilecast.analyzer.epilogues import FUSED_EPILOGUE
+
+HEAD = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[8, 16, 32, 32] x) => (float[8, 16, 32, 32] y) <float[16, 16, 3, 3] w = {0.0},
+    float[16] s = {1.0}, float[16] t = {0.0}, float[16] mu = {0.0}, float[16] var = {1.0},
+    float[1, 16, 1, 1] bias = {0.0}, float[1, 1, 32, 32] plane = {0.0}> {
+  c = Conv <pads = [1, 1, 1, 1]> (x, w)
+"""
+X_BYTES = 8 * 16 * 32 * 32 * 4  # the residual the epilogue reads
+# ResNet's block end: conv -> BN -> add the block input -> ReLU
+RESIDUAL = HEAD + """  d = BatchNormalization(c, s, t, mu, var)
+  e = Add(d, x)
+  y = Relu(e)
+}"""
+BIAS = HEAD + "  e = Add(c, bias)\n  y = Relu(e)\n}"
+PLANE = HEAD + "  e = Add(c, plane)\n  y = Relu(e)\n}"  # broadcast over N and C: not fusable
+# the add's first operand is another conv made before this one: only the later conv fuses
+TWO_CONVS = HEAD + """  c2 = Conv <pads = [1, 1, 1, 1]> (x, w)
+  e = Add(c, c2)
+  y = Relu(e)
+}"""
+SHARED = RESIDUAL.replace("float[8, 16, 32, 32] y)", "float[8, 16, 32, 32] y, "
+                          "float[8, 16, 32, 32] e)")  # the pre-ReLU sum is also an output
+
+
+def _run(text: str, runtime: str = "graph", mode: str = "inference", predictor="roofline"):
+    return tilecast.analyze(onnx.parser.parse_model(text), "t4", predictor=predictor,
+                            runtime=runtime, mode=mode)
+
+
+def _ops(f) -> list[str]:
+    return [k.kernel.op_type for k in f.kernels]
+
+
+def _fused(f) -> int:
+    return sum(z.count for z in f.zero_cost_reasons if z.reason == FUSED_EPILOGUE)
+
+
+@pytest.mark.parametrize("text, extra_bytes, fused", [
+    (RESIDUAL, X_BYTES, 2),  # the block input is read in the epilogue
+    (BIAS, 16 * 4, 2),  # one value per output channel
+])
+def test_graph_runtime_runs_the_add_and_relu_in_the_conv_epilogue(text, extra_bytes, fused):
+    graph, eager = _run(text), _run(text, runtime="eager")
+    assert _ops(graph) == ["Conv"] and _fused(graph) == fused
+    conv, eager_conv = graph.kernels[0].kernel.cost, eager.kernels[0].kernel.cost
+    assert conv.bytes - eager_conv.bytes == extra_bytes == conv.epilogue_bytes
+    assert "Add" in _ops(eager) and "Relu" in _ops(eager)
+    assert graph.total_ms < eager.total_ms
+
+
+def test_a_broadcast_add_is_not_an_epilogue_and_the_relu_after_it_stays():
+    assert _ops(_run(PLANE)) == ["Conv", "Add", "Relu"]
+
+
+def test_only_the_conv_made_after_the_other_operand_fuses_the_add():
+    f = _run(TWO_CONVS)
+    assert _ops(f) == ["Conv", "Conv"] and _fused(f) == 2
+    first, second = (k.kernel.cost for k in f.kernels)
+    assert second.epilogue_bytes == X_BYTES and first.epilogue_bytes == 0
+
+
+def test_a_sum_another_node_reads_is_written_and_its_relu_runs_alone():
+    f = _run(SHARED)
+    assert _ops(f) == ["Conv", "Relu"] and _fused(f) == 1
+
+
+@pytest.mark.parametrize("runtime, mode", [("eager", "inference"), ("cudagraph", "inference"),
+                                           ("graph", "training")])
+def test_pytorch_kernels_and_training_keep_the_epilogue_ops(runtime, mode):
+    assert {"Add", "Relu"} <= set(_ops(_run(RESIDUAL, runtime=runtime, mode=mode)))
+
+
+def test_the_learned_conv_pays_for_the_residual_it_reads():
+    # same conv, same ReLU: the residual's extra read can only add time
+    plain = _run(HEAD + "  y = Relu(c)\n}", predictor="learned")
+    residual = _run(RESIDUAL, predictor="learned")
+    assert _ops(plain) == _ops(residual) == ["Conv"]
+    assert residual.kernels[0].latency_ms >= plain.kernels[0].latency_ms
+    assert residual.kernels[0].latency_ms > 0
