@@ -1,4 +1,4 @@
-"""Conv epilogues under the graph runtime: a residual or bias add and a ReLU run inside the
+"""Library epilogues under the graph runtime: a residual or bias add and a ReLU run inside the
 conv kernel (cuDNN's fused conv-bias-activation, TensorRT's and XLA's fusions); eager
 PyTorch and a CUDA-graph replay keep them as kernels."""
 
@@ -89,3 +89,41 @@ def test_the_learned_conv_pays_for_the_residual_it_reads():
     assert _ops(plain) == _ops(residual) == ["Conv"]
     assert residual.kernels[0].latency_ms >= plain.kernels[0].latency_ms
     assert residual.kernels[0].latency_ms > 0
+
+
+GEMM = """
+<ir_version: 9, opset_import: ["" : 20]>
+g (float[256, 64] x, float[128, 64] q, float[64, 256] kt) => (float[256, 64] y) <
+    float[64, 64] w = {0.0}, float[64] b = {0.0}, float c = {8.0},
+    float[128, 1] mask = {0.0}> {
+"""
+# fc1: MatMul -> bias (folded into the GEMM at every runtime) -> GELU (cuBLASLt GELU_BIAS)
+GEMM_GELU = GEMM + "  h = MatMul(x, w)\n  hb = Add(h, b)\n  y = Gelu(hb)\n}"
+# an output projection: MatMul -> add the block input (beta C)
+GEMM_RESIDUAL = GEMM + "  h = MatMul(x, w)\n  y = Add(h, x)\n}"
+# attention scores: / sqrt(d) is alpha; a per-row mask is neither a bias (one value per
+# column, which cuBLASLt's BIAS epilogue adds) nor a tensor of the output's shape
+SCORES = GEMM.replace("float[256, 64] y)", "float[128, 256] y)") + """  s = MatMul(q, kt)
+  t = Div(s, c)
+  u = Add(t, mask)
+  y = Softmax(u)
+}"""
+INVERSE = SCORES.replace("t = Div(s, c)", "t = Div(c, s)")  # c / s is no alpha
+
+
+@pytest.mark.parametrize("text, ops, fused, epilogue_bytes", [
+    (GEMM_GELU, ["MatMul"], 1, 0),
+    (GEMM_RESIDUAL, ["MatMul"], 1, 256 * 64 * 4),
+    (SCORES, ["MatMul", "Add", "Softmax"], 1, 0),
+    (INVERSE, ["MatMul", "Div", "Add", "Softmax"], 0, 0),
+])
+def test_gemm_epilogues_take_alpha_beta_c_and_the_activation(text, ops, fused, epilogue_bytes):
+    f = _run(text)
+    assert _ops(f) == ops and _fused(f) == fused
+    assert f.kernels[0].kernel.cost.epilogue_bytes == epilogue_bytes
+    assert len(_run(text, runtime="eager").kernels) == len(ops) + fused
+
+
+def test_a_conv_epilogue_takes_relu_but_not_gelu():
+    gelu = HEAD.replace('"" : 17', '"" : 20') + "  y = Gelu(c)\n}"
+    assert _ops(_run(gelu)) == ["Conv", "Gelu"]

@@ -213,11 +213,12 @@ def test_amp_casts_add_at_most_their_own_time_in_eager(device):
 
 
 def test_amp_transformer_block_differs_from_fp16_only_where_autocast_keeps_fp32():
-    # graph runtime: no host floor, so each kernel's time is its own
+    # a CUDA-graph replay: no host floor, so each kernel's time is its own, and every op its
+    # own kernel (the graph runtime would fuse the residual Add into the GEMM's epilogue)
     amp = tilecast.analyze(_model(BLOCK, "float"), "a100-sxm4-40gb", predictor="roofline",
-                           math="amp-fp16", runtime="graph")
+                           math="amp-fp16", runtime="cudagraph")
     half = tilecast.analyze(_model(BLOCK, "float16"), "a100-sxm4-40gb", predictor="roofline",
-                            runtime="graph")
+                            runtime="cudagraph")
     same = {k.kernel.name: k.latency_ms for k in half.kernels}
     differ = {k.kernel.op_type for k in amp.kernels
               if k.kernel.op_type != "Cast" and k.latency_ms != pytest.approx(same[k.kernel.name])}

@@ -109,8 +109,8 @@ def model_options(fn: Callable) -> Callable:
         click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
                      help="eager (per-kernel host dispatch; default), cudagraph (torch.cuda."
                           "graphs replay: no dispatch floor) or graph (XLA / TensorRT-style: "
-                          "no dispatch floor, BN folded into Conv, a residual add and ReLU "
-                          "in the Conv's epilogue)."),
+                          "no dispatch floor, BN folded into Conv, adds and ReLU / GELU in "
+                          "Conv and GEMM epilogues)."),
     )):
         fn = opt(fn)
     return fn

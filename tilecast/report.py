@@ -15,7 +15,7 @@ from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_U
 # Short labels of the zero-cost reasons the table names; the rest are views and metadata ops.
 ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
                     FOLDED_BIAS: "bias in GEMM epilogue", FOLDED_BN: "BN folded into Conv",
-                    FUSED_EPILOGUE: "add/ReLU in Conv epilogue"}
+                    FUSED_EPILOGUE: "in Conv/GEMM epilogue"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime")
@@ -25,7 +25,7 @@ MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 te
 RUNTIME_TEXT = {"eager": f"host queue: per-op dispatch as measured (learned predictor) or "
                          f"{HOST_DISPATCH_US:g} us per kernel",
                 "graph": f"CUDA-graph style, {GRAPH_KERNEL_LAUNCH_US:g} us per kernel, "
-                         "BN folded into Conv and add/ReLU run in its epilogue at inference"}
+                         "BN folded, scale/add/activation in Conv and GEMM epilogues at inference"}
 
 
 def human(n: float, unit: str = "") -> str:

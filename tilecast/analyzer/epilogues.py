@@ -1,16 +1,27 @@
-"""Conv epilogues under a graph runtime: a residual or bias add and a ReLU after a Conv run
-inside the conv kernel, not as kernels of their own.
+"""Library-kernel epilogues under a graph runtime: the scale, add and activation after a Conv
+or a GEMM run inside that kernel, not as kernels of their own.
 
-Graph compilers lower ``act(conv(x) + z + bias)`` to one fused convolution: cuDNN's fused
-form (``cudnnConvolutionBiasActivationForward``: y = act(alpha1 conv(x) + alpha2 z + bias),
-ReLU or identity), TensorRT's layer fusions (NVIDIA TensorRT documentation, "Layer Fusion
-Catalog": a Convolution followed by ReLU; a Convolution followed by an ElementWise sum that
-does not broadcast) and XLA's cuDNN fused-convolution rewrite. PyTorch's eager kernels and
-a CUDA-graph replay of them run each op alone, so only the ``graph`` runtime fuses.
+Graph compilers hand these to the libraries' fused forms:
 
-What the fused kernel costs: the conv's work, plus reading ``z`` (or the bias) in its
-epilogue. The conv still writes one output, now the last fused node's; the add and the ReLU
-read and write nothing of their own. Each fused node becomes zero-cost with
+- cuDNN's ``cudnnConvolutionBiasActivationForward``: y = act(alpha1 conv(x) + alpha2 z +
+  bias), with ReLU (or identity). TensorRT's "Layer Fusion Catalog" lists a Convolution
+  followed by ReLU, and a Convolution followed by an ElementWise sum that does not
+  broadcast; XLA's cuDNN fused-convolution rewrite builds the same call.
+- cuBLASLt's matmul: D = alpha A B + beta C, then its epilogue (``cublasLtEpilogue_t``:
+  BIAS, RELU, GELU and their _BIAS forms; hipBLASLt has the same). XLA's GEMM rewrite folds a
+  scalar scale into alpha, an add of a tensor of the output's shape into C (beta = 1), and a
+  bias and a ReLU or GELU into the epilogue.
+
+PyTorch's eager kernels, and a CUDA-graph replay of them, run each op alone, so only the
+``graph`` runtime fuses, and only at inference (training keeps the pre-activation).
+
+Pattern, each step optional and in this order, every intermediate read by the next step
+alone: [scale by a scalar constant: GEMMs] -> [Add of a residual of the output's shape or a
+bias, one value per output channel (Conv) or column (GEMM)] -> [ReLU; GELU for GEMMs].
+
+Cost: the library kernel's work, plus reading the add's operand in its epilogue
+(``OpCost.epilogue_bytes``, also in ``bytes``). It writes one output, the last fused node's;
+the fused nodes read and write nothing of their own and become zero-cost with
 :data:`FUSED_EPILOGUE`.
 """
 
@@ -18,30 +29,55 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .analysis import NodeResult
 from .types import TensorInfo
 
-FUSED_EPILOGUE = "fused into the Conv's epilogue (graph runtime)"
+FUSED_EPILOGUE = "fused into a Conv or GEMM epilogue (graph runtime)"
 
 
-def _costed(r: NodeResult, op_type: str) -> bool:
-    return r.node.op_type == op_type and not r.node.domain and r.outcome == "costed"
+@dataclass(frozen=True)
+class _Library:
+    """What one library kernel's epilogue takes."""
+
+    scale: bool  # a scalar multiplier (alpha)
+    activations: frozenset[str]
+    channel_axis: int  # the axis a bias runs along (-1: the last)
 
 
-def _epilogue_operand(add: NodeResult, y: TensorInfo, produced_at: dict[str, int],
-                      conv_at: int) -> TensorInfo | None:
-    """The add's other operand when cuDNN's epilogue can read it: a tensor of the conv
-    output's shape made before the conv runs (a residual), or one value per output channel
-    (a bias). None for anything else (a broadcast the fused form does not take)."""
-    others = [t for t in add.node.inputs if t is not None and t.name != y.name]
-    if len(others) != 1 or len(add.node.inputs) != 2 or not others[0].known or not y.known:
-        return None
-    z = others[0]
-    if produced_at.get(z.name, -1) > conv_at or z.dtype != y.dtype:
-        return None  # made after the conv (its kernel could not read it), or a cast
-    channels = y.shape[1] if len(y.shape) > 1 else 0
+LIBRARIES = {"Conv": _Library(False, frozenset({"Relu"}), 1),
+             "MatMul": _Library(True, frozenset({"Relu", "Gelu"}), -1),
+             "Gemm": _Library(True, frozenset({"Relu", "Gelu"}), -1)}
+
+
+def _costed(r: NodeResult, *op_types: str) -> bool:
+    return r.node.op_type in op_types and not r.node.domain and r.outcome == "costed"
+
+
+def _other(step: NodeResult, y: TensorInfo) -> TensorInfo | None:
+    """The binary step's operand that is not ``y`` (None unless there is exactly one)."""
+    ins = step.node.inputs
+    others = [t for t in ins if t is not None and t.name != y.name]
+    return others[0] if len(ins) == 2 and len(others) == 1 and others[0].known else None
+
+
+def _scale(step: NodeResult, y: TensorInfo) -> bool:
+    """Mul by, or Div (y / s) by, one constant value: cuBLAS's alpha."""
+    s = _other(step, y)
+    if s is None or s.numel != 1 or not s.is_initializer:
+        return False
+    return step.node.op_type == "Mul" or step.node.inputs[0].name == y.name
+
+
+def _operand(add: NodeResult, y: TensorInfo, lib: _Library, produced_at: dict[str, int],
+             at: int) -> TensorInfo | None:
+    """The add's operand when the epilogue can read it: a tensor of the output's shape made
+    before the library kernel runs (a residual), or one value per output channel (a bias)."""
+    z = _other(add, y)
+    if z is None or not y.known or z.dtype != y.dtype or produced_at.get(z.name, -1) > at:
+        return None  # a broadcast, a cast, or made after the kernel (it could not read it)
+    channels = y.shape[lib.channel_axis] if len(y.shape) > 1 else 0
     same = tuple(z.shape) == tuple(y.shape)
     return z if same or (z.numel == channels and channels > 0) else None
 
@@ -66,39 +102,48 @@ class _Readers:
 
 def _chain(i: int, out: list[NodeResult], readers: _Readers, produced_at: dict[str, int],
            ) -> tuple[list[int], TensorInfo, TensorInfo | None]:
-    """(the nodes Conv ``i`` can fuse, the tensor it then writes, the add's operand)."""
+    """(the nodes library kernel ``i`` can fuse, the tensor it then writes, the add's
+    operand it reads)."""
+    lib = LIBRARIES[out[i].node.op_type]
     y, chain, operand = out[i].node.outputs[0], [], None
     j = readers.sole(y.name)
-    if j is not None and _costed(out[j], "Add"):
-        operand = _epilogue_operand(out[j], y, produced_at, i)
-        if operand is not None:
-            chain.append(j)
-            y = out[j].node.outputs[0]
-            j = readers.sole(y.name)
-    if j is not None and _costed(out[j], "Relu"):
+    steps = (("scale", lib.scale), ("add", True), ("act", True))
+    for kind, allowed in steps:
+        if j is None or not allowed:
+            continue
+        step = out[j]
+        if kind == "scale" and not (_costed(step, "Mul", "Div") and _scale(step, y)):
+            continue
+        if kind == "add":
+            operand = _operand(step, y, lib, produced_at, i) if _costed(step, "Add") else None
+            if operand is None:
+                continue
+        if kind == "act" and not _costed(step, *lib.activations):
+            continue
         chain.append(j)
-        y = out[j].node.outputs[0]
+        y = step.node.outputs[0]
+        j = readers.sole(y.name)
     return chain, y, operand
 
 
-def fuse_conv_epilogues(results: Sequence[NodeResult],
-                        graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
-    """Inference under a graph runtime: Conv [-> Add(z)] [-> Relu] becomes the Conv alone
-    when each intermediate has that one reader (module docstring)."""
+def fuse_epilogues(results: Sequence[NodeResult],
+                   graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
+    """Inference under a graph runtime: a Conv or GEMM absorbs its epilogue (module
+    docstring)."""
     readers = _Readers(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     out = list(results)
-    for i, conv in enumerate(results):
-        if not _costed(conv, "Conv") or len(conv.node.outputs) != 1:
+    for i, lib_node in enumerate(results):
+        if not _costed(lib_node, *LIBRARIES) or len(lib_node.node.outputs) != 1:
             continue
         chain, y, operand = _chain(i, out, readers, produced_at)
         if not chain:
             continue
         read = operand.nbytes if operand is not None else 0
         flops = sum(out[j].cost.flops for j in chain)
-        cost = replace(conv.cost, flops=conv.cost.flops + flops, bytes=conv.cost.bytes + read,
-                       epilogue_bytes=read)
-        out[i] = replace(conv, node=replace(conv.node, outputs=(y,)), cost=cost)
+        cost = replace(lib_node.cost, flops=lib_node.cost.flops + flops,
+                       bytes=lib_node.cost.bytes + read, epilogue_bytes=read)
+        out[i] = replace(lib_node, node=replace(lib_node.node, outputs=(y,)), cost=cost)
         for j in chain:
             out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
                                 FUSED_EPILOGUE)

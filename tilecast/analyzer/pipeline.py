@@ -13,7 +13,7 @@ from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph
-from .epilogues import fuse_conv_epilogues
+from .epilogues import fuse_epilogues
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
@@ -119,7 +119,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     results = prepare(graph, runtime)
     node_count = len(results)
     if runtime == "graph" and mode == "inference":
-        results = fuse_conv_epilogues(fold_batchnorm(results, graph.outputs), graph.outputs)
+        results = fuse_epilogues(fold_batchnorm(results, graph.outputs), graph.outputs)
     results = apply_autocast(results, math)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)

@@ -17,8 +17,9 @@ predictor:
   (so the total is the last kernel's end).
 - ``graph`` (XLA, TensorRT-style compilers): the whole pass is one launch, so there is no
   host floor and each kernel's per-launch part becomes :data:`GRAPH_KERNEL_LAUNCH_US`; at
-  inference, a BatchNormalization fed only by a Conv is folded into the Conv's weights, a
-  residual or bias add and a ReLU after it run in the conv's epilogue (``epilogues``), and
+  inference, a BatchNormalization fed only by a Conv is folded into the Conv's weights, the
+  scale, residual or bias add and ReLU / GELU after a Conv or GEMM run in its epilogue
+  (``epilogues``), and
   tensor-core convs run on the NHWC layout the compiler picks, without cuDNN's NCHW <-> NHWC
   transposes (``Prediction.layout_ms``).
 - ``cudagraph`` (PyTorch's ``torch.cuda.graphs``: the eager kernels captured and replayed):

@@ -183,8 +183,8 @@ class OpCost:
     # Elementwise ops: a broadcast operand read again per repeat (not in ``bytes``, which
     # counts each tensor once).
     reread: BroadcastReread | None = None
-    # A conv whose epilogue reads another tensor (a residual add fused under a graph runtime,
-    # ``analyzer.epilogues``): those bytes, already in ``bytes``.
+    # A Conv or GEMM whose epilogue reads another tensor (a residual or bias add fused under
+    # a graph runtime, ``analyzer.epilogues``): those bytes, already in ``bytes``.
     epilogue_bytes: int = 0
 
 
