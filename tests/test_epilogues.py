@@ -127,3 +127,15 @@ def test_gemm_epilogues_take_alpha_beta_c_and_the_activation(text, ops, fused, e
 def test_a_conv_epilogue_takes_relu_but_not_gelu():
     gelu = HEAD.replace('"" : 17', '"" : 20') + "  y = Gelu(c)\n}"
     assert _ops(_run(gelu)) == ["Conv", "Gelu"]
+
+
+def test_under_autocast_an_epilogue_reads_its_operand_at_the_dtype_autocast_gives_it():
+    # the conv runs in fp16, the block input stays fp32: the sum promotes to fp32, which the
+    # fp16 epilogue does not take, so the add and the ReLU after it stay kernels
+    f = tilecast.analyze(onnx.parser.parse_model(RESIDUAL), "a100-sxm4-40gb",
+                         predictor="roofline", runtime="graph", math="amp-fp16")
+    assert [op for op in _ops(f) if op != "Cast"] == ["Conv", "Add", "Relu"]
+    relu_only = tilecast.analyze(onnx.parser.parse_model(HEAD + "  y = Relu(c)\n}"),
+                                 "a100-sxm4-40gb", predictor="roofline", runtime="graph",
+                                 math="amp-fp16")
+    assert [op for op in _ops(relu_only) if op != "Cast"] == ["Conv"]

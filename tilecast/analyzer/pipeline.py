@@ -118,9 +118,12 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     graph = build_graph(proto, dims)
     results = prepare(graph, runtime)
     node_count = len(results)
-    if runtime == "graph" and mode == "inference":
-        results = fuse_epilogues(fold_batchnorm(results, graph.outputs), graph.outputs)
+    compiled = runtime == "graph" and mode == "inference"
+    if compiled:
+        results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
+    if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
+        results = fuse_epilogues(results, graph.outputs)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)
     if mode == "training":
