@@ -1,6 +1,7 @@
 """Sanity of forecasts across the zoo: more batch must never forecast faster (issue 17).
 
     python benchmarks/sanity.py [--models a,b] [--devices l4,t4] [--layers 2] [--quiet]
+                                [--runtime eager|graph|cudagraph]
 
 Exports every zoo model at batch 1, 2, 4, ..., 256 with ``--layers`` layers (default 2, so the
 whole run stays under 10 minutes on 2 cores; exports are cached in ``--cache``), forecasts
@@ -11,6 +12,10 @@ cores), prints the totals per batch and asserts that
 - no forecast decreases as the batch grows (model, device, precision fixed), and
 - no kernel exceeds its envelope (the predictor's per-kernel ceiling; see
   :func:`envelope_violations`, a hook until the predictor exposes it).
+
+``--runtime`` picks how the host issues the kernels (default eager; ``graph`` also folds BN
+and fuses Conv and GEMM epilogues, docs/math-and-runtimes.md). The envelope holds each
+kernel's GPU time, so it is checked under eager only.
 
 Exit status 1 when an assertion fails; every violation is listed with the kernel whose
 forecast dropped the most between the two batches.
@@ -80,7 +85,7 @@ def export_all(models: list[str], layers: int, cache: Path) -> dict[tuple[str, i
 
 
 def forecast_all(files: dict[tuple[str, int], Path], devices: list[tilecast.Device],
-                 predictor: tilecast.Predictor, tally: Tally) -> None:
+                 predictor: tilecast.Predictor, tally: Tally, runtime: str = "eager") -> None:
     import onnx
 
     for (name, batch), path in sorted(files.items()):
@@ -89,7 +94,8 @@ def forecast_all(files: dict[tuple[str, int], Path], devices: list[tilecast.Devi
             for precision, math in PRECISIONS.items():
                 if math == "amp-bf16" and not dev.peak_tflops_bf16_matrix:
                     continue  # autocast refuses bf16 there (see docs/math-and-runtimes.md)
-                f = tilecast.analyze(model, dev, predictor=predictor, math=math)
+                f = tilecast.analyze(model, dev, predictor=predictor, math=math,
+                                     runtime=runtime)
                 tally.rows.setdefault((name, dev.name, precision), {})[batch] = f
                 bad = envelope_violations(f)
                 if bad is None:
@@ -123,7 +129,7 @@ def monotonicity_violations(tally: Tally) -> list[str]:
     return out
 
 
-def render(tally: Tally) -> str:
+def render(tally: Tally, runtime: str = "eager") -> str:
     w = max([12, *(len(name) + 2 for name, _, _ in tally.rows)])
     head = f"{'model':<{w}}{'device':<30}{'prec':<6}" + "".join(f"{'b' + str(b):>10}"
                                                               for b in BATCHES)
@@ -139,8 +145,8 @@ def render(tally: Tally) -> str:
             cells.append(f"{f.total_ms:>9.4g}{mark}")
             last = f.total_ms
         lines.append(f"{name:<{w}}{device[:29]:<30}{precision:<6}" + "".join(cells))
-    return "\n".join(lines) + "\n(ms per forward pass, eager runtime; '<': faster than the " \
-                              "batch before it)\n"
+    return "\n".join(lines) + f"\n(ms per forward pass, {runtime} runtime; '<': faster " \
+                              "than the batch before it)\n"
 
 
 def main() -> int:
@@ -152,6 +158,7 @@ def main() -> int:
     parser.add_argument("--cache", type=Path, default=Path(os.environ.get(
         "TILECAST_CACHE", Path.home() / ".cache" / "tilecast")) / "sanity")
     parser.add_argument("--quiet", action="store_true", help="print only the violations")
+    parser.add_argument("--runtime", default="eager", choices=("eager", "graph", "cudagraph"))
     args = parser.parse_args()
     from tilecast.analyzer.pipeline import resolve_predictor
     from tilecast.exporters import list_zoo
@@ -164,18 +171,21 @@ def main() -> int:
     files = export_all(models, args.layers, args.cache)
     exported = time.perf_counter()
     tally = Tally()
-    forecast_all(files, devices, resolve_predictor(args.predictor), tally)
+    forecast_all(files, devices, resolve_predictor(args.predictor), tally, args.runtime)
     if not args.quiet:
-        print(render(tally))
+        print(render(tally, args.runtime))
     mono = monotonicity_violations(tally)
     pairs = sum(max(len(v) - 1, 0) for v in tally.rows.values())
     print(f"{len(files)} exports ({exported - start:.0f} s), {len(tally.rows)} series, "
           f"{sum(len(v) for v in tally.rows.values())} forecasts "
-          f"({time.perf_counter() - exported:.0f} s); predictor {args.predictor}")
+          f"({time.perf_counter() - exported:.0f} s); predictor {args.predictor}, "
+          f"{args.runtime} runtime")
     print(f"monotonicity: {len(mono)} of {pairs} batch doublings forecast faster")
     for line in mono:
         print(f"  {line}")
-    if tally.envelope_checked:
+    if args.runtime != "eager":
+        print("envelope: checked under eager only (it bounds each kernel's GPU time)")
+    elif tally.envelope_checked:
         print(f"envelope: {len(tally.envelope)} kernels over their ceiling")
         for line in tally.envelope:
             print(f"  {line}")
