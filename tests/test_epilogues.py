@@ -139,3 +139,23 @@ def test_under_autocast_an_epilogue_reads_its_operand_at_the_dtype_autocast_give
                                  "a100-sxm4-40gb", predictor="roofline", runtime="graph",
                                  math="amp-fp16")
     assert [op for op in _ops(relu_only) if op != "Cast"] == ["Conv"]
+
+
+# GPT-2's Conv1D as the legacy exporter writes it: the tokens flattened to 2-D for the GEMM
+# and reshaped back before the residual add; a reshape moves no data, so the add still fuses
+RESHAPED = """
+<ir_version: 9, opset_import: ["" : 20]>
+g (float[2, 128, 64] x) => (float[2, 128, 64] y) <float[64, 64] w = {0.0},
+    int64[2] flat = {256, 64}, int64[3] back = {2, 128, 64}> {
+  x2 = Reshape(x, flat)
+  h = MatMul(x2, w)
+  h3 = Reshape(h, back)
+  y = Add(h3, x)
+}"""
+
+
+def test_an_epilogue_reaches_past_a_reshape_of_the_gemm_output():
+    f = _run(RESHAPED)
+    assert _ops(f) == ["MatMul"] and _fused(f) == 1
+    assert f.kernels[0].kernel.cost.epilogue_bytes == 2 * 128 * 64 * 4
+    assert _ops(_run(RESHAPED, runtime="eager")) == ["MatMul", "Add"]

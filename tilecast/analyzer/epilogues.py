@@ -16,8 +16,9 @@ PyTorch's eager kernels, and a CUDA-graph replay of them, run each op alone, so 
 ``graph`` runtime fuses, and only at inference (training keeps the pre-activation).
 
 Pattern, each step optional and in this order, every intermediate read by the next step
-alone: [scale by a scalar constant: GEMMs] -> [Add of a residual of the output's shape or a
-bias, one value per output channel (Conv) or column (GEMM)] -> [ReLU; GELU for GEMMs].
+alone (reshape views between them are passed through): [scale by a scalar constant: GEMMs]
+-> [Add of a residual of the output's shape or a bias, one value per output channel (Conv)
+or column (GEMM)] -> [ReLU; GELU for GEMMs].
 
 Cost: the library kernel's work, plus reading the add's operand in its epilogue
 (``OpCost.epilogue_bytes``, also in ``bytes``). It writes one output, the last fused node's;
@@ -32,6 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult
+from .costs.zero import VIEW
 from .types import TensorInfo
 
 FUSED_EPILOGUE = "fused into a Conv or GEMM epilogue (graph runtime)"
@@ -99,31 +101,45 @@ class _Readers:
         only = self.at[name]
         return only[0] if self.uses[name] == 1 and len(only) == 1 else None
 
+    def through_views(self, name: str, out: list[NodeResult],
+                      views: list[int]) -> tuple[int | None, TensorInfo | None]:
+        """The one reader of ``name`` past any reshape views (a 2-D GEMM's output reshaped
+        back to 3-D: the same elements), collecting the views' indices in ``views``; and the
+        tensor that reader reads."""
+        j, y = self.sole(name), None
+        while j is not None and out[j].outcome == "zero" and out[j].reason == VIEW \
+                and len(out[j].node.outputs) == 1:
+            views.append(j)
+            y = out[j].node.outputs[0]
+            j = self.sole(y.name)
+        return j, y
+
 
 def _chain(i: int, out: list[NodeResult], readers: _Readers, produced_at: dict[str, int],
-           ) -> tuple[list[int], TensorInfo, TensorInfo | None]:
-    """(the nodes library kernel ``i`` can fuse, the tensor it then writes, the add's
-    operand it reads)."""
+           ) -> tuple[list[int], list[int], TensorInfo, TensorInfo | None]:
+    """(the nodes library kernel ``i`` can fuse, the views between them, the tensor it then
+    writes, the add's operand it reads)."""
     lib = LIBRARIES[out[i].node.op_type]
-    y, chain, operand = out[i].node.outputs[0], [], None
-    j = readers.sole(y.name)
+    y, chain, operand, views = out[i].node.outputs[0], [], None, []
     steps = (("scale", lib.scale), ("add", True), ("act", True))
     for kind, allowed in steps:
+        passed: list[int] = []
+        j, seen = readers.through_views(y.name, out, passed)
         if j is None or not allowed:
             continue
-        step = out[j]
-        if kind == "scale" and not (_costed(step, "Mul", "Div") and _scale(step, y)):
+        step, at = out[j], seen or y
+        if kind == "scale" and not (_costed(step, "Mul", "Div") and _scale(step, at)):
             continue
         if kind == "add":
-            operand = _operand(step, y, lib, produced_at, i) if _costed(step, "Add") else None
+            operand = _operand(step, at, lib, produced_at, i) if _costed(step, "Add") else None
             if operand is None:
                 continue
         if kind == "act" and not _costed(step, *lib.activations):
             continue
         chain.append(j)
+        views += passed
         y = step.node.outputs[0]
-        j = readers.sole(y.name)
-    return chain, y, operand
+    return chain, views, y, operand
 
 
 def fuse_epilogues(results: Sequence[NodeResult],
@@ -136,7 +152,7 @@ def fuse_epilogues(results: Sequence[NodeResult],
     for i, lib_node in enumerate(results):
         if not _costed(lib_node, *LIBRARIES) or len(lib_node.node.outputs) != 1:
             continue
-        chain, y, operand = _chain(i, out, readers, produced_at)
+        chain, views, y, operand = _chain(i, out, readers, produced_at)
         if not chain:
             continue
         read = operand.nbytes if operand is not None else 0
@@ -147,4 +163,6 @@ def fuse_epilogues(results: Sequence[NodeResult],
         for j in chain:
             out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
                                 FUSED_EPILOGUE)
+        for j in views:  # still views, of tensors the fused kernel no longer writes
+            out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
     return tuple(out)
