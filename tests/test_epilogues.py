@@ -83,12 +83,11 @@ def test_pytorch_kernels_and_training_keep_the_epilogue_ops(runtime, mode):
 
 
 def test_the_learned_conv_pays_for_the_residual_it_reads():
-    # same conv, same ReLU: the residual's extra read can only add time
+    # same conv, same ReLU: the residual's read reaches the conv model's bytes and adds time
     plain = _run(HEAD + "  y = Relu(c)\n}", predictor="learned")
     residual = _run(RESIDUAL, predictor="learned")
     assert _ops(plain) == _ops(residual) == ["Conv"]
-    assert residual.kernels[0].latency_ms >= plain.kernels[0].latency_ms
-    assert residual.kernels[0].latency_ms > 0
+    assert residual.kernels[0].latency_ms > plain.kernels[0].latency_ms > 0
 
 
 GEMM = """

@@ -20,10 +20,9 @@ them. SiLU has no ONNX op before Swish (opset 24), so its chain is ``F.silu`` at
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import replace
 
-from .analysis import NodeResult
+from .analysis import NodeResult, readers_of
 from .runtime import PYTORCH_RUNTIMES
 from .types import NodeView, TensorInfo
 
@@ -141,13 +140,7 @@ def fuse_activations(results: tuple[NodeResult, ...],
     model_code = (GELU_ANCHORS if runtime in PYTORCH_RUNTIMES and opset >= GELU_OP_SINCE
                   else frozenset())
     producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
-    readers: dict[str, list[int]] = defaultdict(list)
-    for i, r in enumerate(results):
-        for t in r.node.inputs:
-            if t is not None:
-                readers[t.name].append(i)
-    for name in graph_outputs:
-        readers[name].append(-1)  # a graph output is read outside any chain
+    readers = readers_of(results, graph_outputs)  # -1: a graph output, read outside any chain
     out, taken = list(results), set()
     for i, r in enumerate(results):
         if r.node.op_type not in ANCHORS - model_code or not _elementwise(r) or i in taken:

@@ -3,6 +3,8 @@ unshaped (a formula, but shapes that cannot be known): the last two get a flagge
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from ..errors import ShapeError, TilecastError
@@ -109,3 +111,17 @@ def cost_graph(graph: Graph, registry: CostRegistry = REGISTRY) -> tuple[NodeRes
             raise ShapeError(f"cannot cost node '{node.name}' ({node.op_type}, shapes "
                              f"{node.shape_str()}): {exc}") from None
     return tuple(results)
+
+
+def readers_of(results: Sequence[NodeResult],
+               graph_outputs: Iterable[str] = ()) -> dict[str, list[int]]:
+    """Tensor name -> the indices of the nodes that read it, once per input slot (a node that
+    reads a tensor twice is listed twice), and -1 for each graph output (read outside)."""
+    readers: dict[str, list[int]] = defaultdict(list)
+    for i, r in enumerate(results):
+        for t in r.node.inputs:
+            if t is not None:
+                readers[t.name].append(i)
+    for name in graph_outputs:
+        readers[name].append(-1)
+    return readers

@@ -28,11 +28,10 @@ the fused nodes read and write nothing of their own and become zero-cost with
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from .analysis import NodeResult
+from .analysis import NodeResult, readers_of
 from .costs.zero import VIEW
 from .types import TensorInfo
 
@@ -85,21 +84,15 @@ def _operand(add: NodeResult, y: TensorInfo, lib: _Library, produced_at: dict[st
 
 
 class _Readers:
-    """Who reads each tensor, and how often (graph outputs count as readers)."""
+    """Who reads each tensor (``analysis.readers_of``: graph outputs count as readers)."""
 
     def __init__(self, results: Sequence[NodeResult], graph_outputs: Iterable[str]) -> None:
-        self.uses = Counter(t.name for r in results for t in r.node.inputs if t is not None)
-        self.uses.update(graph_outputs)
-        self.at: dict[str, list[int]] = defaultdict(list)
-        for j, r in enumerate(results):
-            for t in r.node.inputs:
-                if t is not None:
-                    self.at[t.name].append(j)
+        self.at = readers_of(results, graph_outputs)
 
     def sole(self, name: str) -> int | None:
-        """The index of the one node that reads ``name``, if exactly one does."""
-        only = self.at[name]
-        return only[0] if self.uses[name] == 1 and len(only) == 1 else None
+        """The index of the one node that reads ``name`` once, if no other reads it."""
+        only = self.at.get(name, [])
+        return only[0] if len(only) == 1 and only[0] >= 0 else None
 
     def through_views(self, name: str, out: list[NodeResult],
                       views: list[int]) -> tuple[int | None, TensorInfo | None]:

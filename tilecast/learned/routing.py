@@ -190,7 +190,7 @@ def _conv_parts(kernels: Sequence[Kernel], idx: np.ndarray, dtype: np.ndarray,
     n = len(idx)
     dims = {f: np.array([getattr(g, f) for g in geo], dtype=np.float64).reshape(n)
             for f in _CONV_FIELDS}
-    epilogue = np.array([g.epilogue_bytes for g in (kernels[i].cost for i in idx)],
+    epilogue = np.array([kernels[i].cost.epilogue_bytes for i in idx],
                         dtype=np.float64).reshape(n)
     cols = ConvColumns(**dims, itemsize=itemsize, dtype=dtype, nhwc=np.zeros(n, dtype=bool),
                        epilogue_bytes=epilogue)
