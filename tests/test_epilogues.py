@@ -8,6 +8,7 @@ import onnx.parser
 import pytest
 
 import tilecast
+from tilecast.analyzer.activations import FUSED_ACTIVATION
 from tilecast.analyzer.epilogues import FUSED_EPILOGUE
 
 HEAD = """
@@ -158,3 +159,39 @@ def test_an_epilogue_reaches_past_a_reshape_of_the_gemm_output():
     assert _ops(f) == ["MatMul"] and _fused(f) == 1
     assert f.kernels[0].kernel.cost.epilogue_bytes == 2 * 128 * 64 * 4
     assert _ops(_run(RESHAPED, runtime="eager")) == ["MatMul", "Add"]
+
+
+# fc1 of an opset-17 export (no Gelu op): the GELU arrives as a chain of elementwise nodes,
+# which activations.py fuses into one kernel that records what it computes
+def _gemm_then(chain: str, opset: int = 17) -> str:
+    head = GEMM.replace('"" : 20', f'"" : {opset}').replace(
+        "float[128, 1] mask = {0.0}>", "float[128, 1] mask = {0.0}, float s2 = {1.4142135},"
+        " float one = {1.0}, float half = {0.5}, float three = {3.0}, float k = {0.044715},"
+        " float cap = {30.0}, float r = {0.7978846}>")
+    return head + "  h = MatMul(x, w)\n  hb = Add(h, b)\n" + chain + "}"
+
+
+ERF_GELU = ("  d = Div(hb, s2)\n  e = Erf(d)\n  a = Add(e, one)\n  m = Mul(hb, a)\n"
+            "  y = Mul(m, half)\n")
+TANH_GELU = ("  hh = Mul(half, hb)\n  p = Pow(hb, three)\n  m1 = Mul(k, p)\n  a1 = Add(hb, m1)\n"
+             "  m2 = Mul(r, a1)\n  t = Tanh(m2)\n  a2 = Add(one, t)\n  y = Mul(hh, a2)\n")
+# a logit soft cap, cap * tanh(x / cap): a fused Tanh chain that does not gate x, no GELU
+SOFT_CAP = "  d = Div(hb, cap)\n  t = Tanh(d)\n  y = Mul(t, cap)\n"
+SILU = "  s = Sigmoid(hb)\n  y = Mul(hb, s)\n"  # cuBLASLt has no SiLU epilogue
+
+
+# (chain, opset, the kernels left, the chain's nodes before its last: fused into it at every
+# opset under a graph runtime, activations.py)
+@pytest.mark.parametrize("chain, opset, ops, inner", [
+    (ERF_GELU, 17, ["MatMul"], 4),
+    (TANH_GELU, 17, ["MatMul"], 7),
+    (TANH_GELU, 20, ["MatMul"], 7),  # model code at opset 20: the graph runtime fuses it too
+    (SOFT_CAP, 17, ["MatMul", "Mul"], 2),
+    (SILU, 17, ["MatMul", "Mul"], 1),
+])
+def test_a_gemm_epilogue_takes_an_exporters_gelu_chain(chain, opset, ops, inner):
+    f = _run(_gemm_then(chain, opset))
+    assert _ops(f) == ops and f.zero_cost_by_reason()[FUSED_ACTIVATION] == inner
+    assert _fused(f) == (1 if ops == ["MatMul"] else 0)  # the chain's one kernel
+    # eager PyTorch at opset 17 runs F.gelu (or the soft cap, or F.silu) as one kernel
+    assert _ops(_run(_gemm_then(chain, 17), runtime="eager")) == ["MatMul", "Mul"]

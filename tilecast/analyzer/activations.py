@@ -30,6 +30,11 @@ FUSED_ACTIVATION = "part of a decomposed activation run as one kernel (e.g. GELU
 ANCHORS = frozenset({"Erf", "Tanh", "Sigmoid"})
 GELU_ANCHORS = frozenset({"Erf", "Tanh"})
 GELU_OP_SINCE = 20  # the ONNX opset that added Gelu
+# What a gating chain (one whose result multiplies x itself: x * f(x)) computes, by its anchor:
+# x * Phi(x) (erf or its tanh approximation) is GELU, x * sigmoid(a x) the Swish family (SiLU,
+# a = 1; "quick GELU", a = 1.702). A chain that does not gate x (a soft cap, c * tanh(x / c))
+# is fused all the same but named nothing, so no epilogue takes it for a GELU.
+GATED = {"Erf": "Gelu", "Tanh": "Gelu", "Sigmoid": "Swish"}
 # What the chains around an anchor are made of: arithmetic with constants or with x.
 ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Neg"})
 MAX_CHAIN = 12  # nodes; every decomposition tilecast has met has at most 8
@@ -83,12 +88,14 @@ def _upstream(i: int, results: tuple[NodeResult, ...],
 
 
 def _chain(i: int, results: tuple[NodeResult, ...], producer: dict[str, int],
-           readers: dict[str, list[int]]) -> tuple[list[int], TensorInfo] | None:
-    """(node indices in graph order, the source x) of the activation anchored at node i."""
+           readers: dict[str, list[int]]) -> tuple[list[int], TensorInfo, bool] | None:
+    """(node indices in graph order, the source x, whether the chain gates x: a node past the
+    anchor's argument reads x itself) of the activation anchored at node i."""
     up = _upstream(i, results, producer)
     if up is None:
         return None
     group, x = up
+    argument = set(group)
     inside = {t.name for k in group for t in results[k].node.outputs}
     frontier = True
     while frontier and len(group) < MAX_CHAIN:
@@ -109,7 +116,9 @@ def _chain(i: int, results: tuple[NodeResult, ...], producer: dict[str, int],
         for t in results[k].node.outputs:
             if t.name == last or any(r not in group for r in readers.get(t.name, ())):
                 return None
-    return (order, x) if len(order) > 1 else None
+    gates = any(x.name in {t.name for t in results[k].node.inputs if t is not None}
+                for k in order if k not in argument)
+    return (order, x, gates) if len(order) > 1 else None
 
 
 def _joins(node: NodeView, inside: set[str], results: tuple[NodeResult, ...],
@@ -125,11 +134,11 @@ def _joins(node: NodeView, inside: set[str], results: tuple[NodeResult, ...],
 
 
 def _fused(last: NodeView, x: TensorInfo, results: tuple[NodeResult, ...],
-           order: list[int]) -> NodeResult:
+           order: list[int], activation: str) -> NodeResult:
     out = last.outputs[0]
     flops = sum(results[k].cost.flops for k in order)
     cost = replace(results[order[-1]].cost, flops=flops, bytes=x.nbytes + out.nbytes)
-    return NodeResult(replace(last, inputs=(x,)), "costed", cost)
+    return NodeResult(replace(last, inputs=(x,)), "costed", cost, activation=activation)
 
 
 def fuse_activations(results: tuple[NodeResult, ...],
@@ -148,9 +157,10 @@ def fuse_activations(results: tuple[NodeResult, ...],
         found = _chain(i, results, producer, readers)
         if found is None or taken & set(found[0]):
             continue
-        order, x = found
+        order, x, gates = found
         taken.update(order)
-        out[order[-1]] = _fused(results[order[-1]].node, x, results, order)
+        name = GATED[r.node.op_type] if gates else ""
+        out[order[-1]] = _fused(results[order[-1]].node, x, results, order, name)
         for k in order[:-1]:
             node = results[k].node
             out[k] = NodeResult(replace(node, inputs=(), outputs=()), "zero", None,

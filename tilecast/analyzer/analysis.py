@@ -22,6 +22,9 @@ class NodeResult:
     outcome: str  # one of OUTCOMES
     cost: OpCost | None  # None for zero-cost nodes
     reason: str = ""  # why zero-cost, unsupported or unshaped
+    # The framework activation a fused chain of elementwise nodes computes ("Gelu", "Swish";
+    # activations.py), so a library epilogue can take it (epilogues.py); "" elsewhere.
+    activation: str = ""
 
     @property
     def op_key(self) -> str:

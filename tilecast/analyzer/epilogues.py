@@ -18,7 +18,8 @@ PyTorch's eager kernels, and a CUDA-graph replay of them, run each op alone, so 
 Pattern, each step optional and in this order, every intermediate read by the next step
 alone (reshape views between them are passed through): [scale by a scalar constant: GEMMs]
 -> [Add of a residual of the output's shape or a bias, one value per output channel (Conv)
-or column (GEMM)] -> [ReLU; GELU for GEMMs].
+or column (GEMM)] -> [ReLU; GELU for GEMMs, as the op or as an exporter's erf or tanh chain
+that ``activations.py`` fused into one kernel].
 
 Cost: the library kernel's work, plus reading the add's operand in its epilogue
 (``OpCost.epilogue_bytes``, also in ``bytes``). It writes one output, the last fused node's;
@@ -54,6 +55,12 @@ LIBRARIES = {"Conv": _Library(False, frozenset({"Relu"}), 1),
 
 def _costed(r: NodeResult, *op_types: str) -> bool:
     return r.node.op_type in op_types and not r.node.domain and r.outcome == "costed"
+
+
+def _activation(r: NodeResult, names: frozenset[str]) -> bool:
+    """An activation the library takes: its ONNX op, or a decomposed chain fused into one
+    kernel that computes it (``NodeResult.activation``: an exporter's erf or tanh GELU)."""
+    return _costed(r, *names) or (r.outcome == "costed" and r.activation in names)
 
 
 def _other(step: NodeResult, y: TensorInfo) -> TensorInfo | None:
@@ -127,7 +134,7 @@ def _chain(i: int, out: list[NodeResult], readers: _Readers, produced_at: dict[s
             operand = _operand(step, at, lib, produced_at, i) if _costed(step, "Add") else None
             if operand is None:
                 continue
-        if kind == "act" and not _costed(step, *lib.activations):
+        if kind == "act" and not _activation(step, lib.activations):
             continue
         chain.append(j)
         views += passed
