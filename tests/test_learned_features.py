@@ -191,6 +191,40 @@ def test_tile_candidates_climb_the_batch_ladder() -> None:
     assert list(split) == [1, 1, 1, 1]
 
 
+def test_tile_candidates_descend_the_reduction_ladder() -> None:
+    # One tree on log2_k (feature 3): 128x64 up to k = 2^15, 128x32 above (the Ampere trees'
+    # switch on Linears of 32,768+ input features). k = 2^16 also gets 128x64, the pick for
+    # its halved reduction; k = 2^10 lies below the threshold and has its own pick only.
+    by_k = tl.TileTree(np.array([3, -1, -1]), np.array([15.0, 0, 0]), np.array([1, -1, -1]),
+                       np.array([2, -1, -1]), np.array([0, 0, 1]), ("128x64", "128x32"))
+    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
+                      np.array([0]), ("1",))
+    table = tl.TileTable({"ampere/nn": by_k, "ampere/tn": by_k, "ampere/nn/split": one,
+                          "ampere/tn/split": one}, {})
+    ones = np.ones(2)
+    row, tile, _ = table.candidates("ampere", np.array(["tn", "tn"], dtype=object), ones,
+                                    1280 * ones, 5120 * ones, np.array([2**16, 2**10]),
+                                    58 * ones)
+    assert list(row) == [0, 1, 0] and list(tile) == ["128x32", "128x64", "128x64"]
+
+
+@pytest.mark.parametrize("m, k", [(16, 2**16), (100, 3000), (1000, 50272), (4096, 64)])
+def test_a_larger_batch_has_no_candidate_the_smaller_lacks(m: int, k: int) -> None:
+    # The shipped trees: each candidate of 2m rows is one of m rows' (both ladders), so the
+    # fastest of them cannot be faster at 2m than at m (tests/test_predictor_properties.py)
+    from tilecast.learned.predictor import default_predictor
+
+    table = default_predictor().tile_table
+    for arch in ("maxwell", "volta", "ampere"):
+        got = {}
+        for rows in (m, 2 * m):
+            _, tile, split = table.candidates(arch, np.array(["tn"], dtype=object), np.ones(1),
+                                              np.array([rows]), np.array([768]),
+                                              np.array([k]), np.array([80]))
+            got[rows] = set(zip(tile.tolist(), split.tolist(), strict=True))
+        assert got[2 * m] <= got[m], (arch, got)
+
+
 def test_tile_labels_parse_back() -> None:
     labels = tl.tile_labels(np.array(["128x64", "32x32"], dtype=object), np.array([3.0, 1.0]))
     assert list(labels) == ["128x64/3", "32x32"]

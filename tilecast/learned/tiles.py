@@ -83,7 +83,12 @@ class TileTree:
     tiles: tuple[str, ...]
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """Tile strings for each row of ``x`` (vectorized walk, one step per depth level)."""
+        """Tile strings for each row of ``x``."""
+        return np.asarray(self.tiles, dtype=object)[self.leaves(x)]
+
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """Index into ``tiles`` for each row of ``x`` (vectorized walk, one step per depth
+        level)."""
         node = np.zeros(len(x), dtype=np.int64)
         for _ in range(64):
             feat = self.feature[node]
@@ -93,7 +98,7 @@ class TileTree:
             idx = np.nonzero(inner)[0]
             go_left = x[idx, feat[idx]] <= self.threshold[node[idx]]
             node[idx] = np.where(go_left, self.left[node[idx]], self.right[node[idx]])
-        return np.asarray(self.tiles, dtype=object)[self.leaf_tile[node]]
+        return self.leaf_tile[node]
 
     def to_json(self) -> dict:
         return {"feature": self.feature.tolist(), "threshold": self.threshold.tolist(),
@@ -140,54 +145,62 @@ class TileTable:
     def select(self, arch: str, layout: np.ndarray, x: np.ndarray,
                ) -> tuple[np.ndarray, np.ndarray]:
         """(tile strings, split-K counts) for one device's kernels; ``layout`` per row."""
-        tiles = np.empty(len(x), dtype=object)
-        splits = np.ones(len(x))
-        for lay in ("nn", "tn"):
-            mask = layout == lay
+        tile, split, tiles, splits = self._select_ids(arch, layout == "nn", layout == "tn", x)
+        return tiles[tile], splits[split]
+
+    def _select_ids(self, arch: str, nn: np.ndarray, tn: np.ndarray, x: np.ndarray,
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``select`` as indices, the layouts as masks: (tile index, split index, tile
+        strings, split counts)."""
+        tile, split = np.zeros(len(x), dtype=np.int64), np.zeros(len(x), dtype=np.int64)
+        tiles: list[str] = []
+        splits: list[str] = []
+        for lay, mask in (("nn", nn), ("tn", tn)):
             if mask.any():
-                tiles[mask] = self.tree_for(arch, lay).predict(x[mask])
-                split_tree = self.tree_for(arch, lay, SPLIT)
-                splits[mask] = split_tree.predict(x[mask]).astype(np.float64)
-        return tiles, splits
+                tree, split_tree = self.tree_for(arch, lay), self.tree_for(arch, lay, SPLIT)
+                tile[mask] = tree.leaves(x[mask]) + len(tiles)
+                split[mask] = split_tree.leaves(x[mask]) + len(splits)
+                tiles += tree.tiles
+                splits += split_tree.tiles
+        return (tile, split, np.asarray(tiles, dtype=object),
+                np.asarray(splits or ["1"], dtype=np.float64))
 
     def candidates(self, arch: str, layout: np.ndarray, b: np.ndarray, m: np.ndarray,
                    n: np.ndarray, k: np.ndarray, sms: np.ndarray,
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, tile, split) of the configurations the trees pick for each row's shape and
-        for the same shape with its batch dimension (the rows of a linear layer, the batch of
-        a batched product) doubled 1, 2, ..., ``BATCH_LADDER`` times; the row's own pick
-        comes first, then each new one up the ladder.
+        """(row, tile, split) of the configurations the trees pick for each row's shape with
+        its batch dimension (the rows of a linear layer, the batch of a batched product)
+        doubled 0, 1, ..., ``BATCH_LADDER`` times and its reduction halved 0, 1, ... times,
+        each ladder until past every threshold the arch's trees learned on it; each
+        configuration once per row, the row's own pick first.
 
-        A configuration cuBLAS runs for a larger batch can run this one as well, so the
-        forecast takes the fastest of them (``OnnxPredictor``): the forecast then cannot fall
-        when the batch grows, as it could where the trees switch tiles."""
-        rows = np.arange(len(b))
-        out_r, out_t, out_s = [rows], [], []
-        prev_t, prev_s = None, None
+        Any configuration runs any shape, so the forecast takes the fastest of them
+        (``OnnxPredictor``). Those for a larger batch keep it from falling when the batch
+        grows, as it could where the trees switch tiles: the larger batch's candidates are
+        among the smaller one's. Those for a shorter reduction keep a tile switch on K from
+        outweighing the reduction itself: the Ampere trees switch Linears of 32,768+ input
+        features to 128 x 32 without split-K, which the L4 costs 2.3x the 128 x 64 it has at
+        31,744 (docs/predictor.md, "The reduction ladder")."""
         batched = layout == "nn"
-        growing = [TREE_FEATURES.index(f) for f in GROWING_FEATURES]
-        top = max((t.threshold[np.isin(t.feature, growing)].max(initial=-np.inf)
-                   for t in self.trees.values()), default=-np.inf)
-        for j in range(BATCH_LADDER + 1):
-            scale = 2.0 ** j
-            x = tree_features(np.where(batched, b * scale, b), np.where(batched, m, m * scale),
-                              n, k, sms)
-            batch_dim = np.where(batched, x[:, TREE_FEATURES.index("log2_b")],
-                                 x[:, TREE_FEATURES.index("log2_m")])
-            per_sm = x[:, TREE_FEATURES.index("log2_tiles128_per_sm")]
-            if j and np.all(batch_dim > top) and np.all(per_sm > top):
-                break  # past every threshold on a growing input: the picks hold from here up
-            tile, split = self.select(arch, layout, x)
-            if prev_t is None:
-                out_t.append(tile)
-                out_s.append(split)
-            else:
-                new = (tile != prev_t) | (split != prev_s)
-                out_r.append(rows[new])
-                out_t.append(tile[new])
-                out_s.append(split[new])
-            prev_t, prev_s = tile, split
-        return np.concatenate(out_r), np.concatenate(out_t), np.concatenate(out_s)
+        trees = [self.tree_for(arch, lay, what) for lay in set(layout.tolist())
+                 for what in ("", SPLIT)]
+        up = _batch_rungs(batched, b, m, n, k, sms, _threshold(trees, GROWING_FEATURES, max))
+        down = _reduction_rungs(k, _threshold(trees, ("log2_k",), min))
+        rungs = sorted(((j, i) for j in range(int(up.max(initial=0)) + 1)
+                        for i in range(int(down.max(initial=0)) + 1)),
+                       key=lambda r: (r[1] > 0, r))  # the batch ladder first
+        rows = [np.nonzero((up >= j) & (down >= i))[0] for j, i in rungs]
+        x = np.concatenate([tree_features(np.where(batched[r], b[r] * 2.0**j, b[r]),
+                                          np.where(batched[r], m[r], m[r] * 2.0**j), n[r],
+                                          k[r] / 2.0**i, sms[r])
+                            for (j, i), r in zip(rungs, rows, strict=True)])
+        row = np.concatenate(rows)
+        tile, split, tiles, splits = self._select_ids(arch, batched[row],
+                                                      (layout == "tn")[row], x)
+        # each configuration once per row, where first met (np.unique sorts its keys)
+        key = (row * len(tiles) + tile) * len(splits) + split
+        first = np.sort(np.unique(key, return_index=True)[1])
+        return row[first], tiles[tile[first]], splits[split[first]]
 
     def to_json(self) -> dict:
         return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
@@ -197,6 +210,42 @@ class TileTable:
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
+
+
+def _threshold(trees: list[TileTree], features: tuple[str, ...], pick) -> float:
+    """The largest (``pick=max``) or smallest (``min``) threshold these trees learned on
+    these tree inputs; -inf / +inf when none did."""
+    index = [TREE_FEATURES.index(f) for f in features]
+    found = [t.threshold[np.isin(t.feature, index)] for t in trees]
+    return pick((pick(f) for f in found if len(f)), default=-np.inf if pick is max else np.inf)
+
+
+def _batch_rungs(batched: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray,
+                 k: np.ndarray, sms: np.ndarray, top: float) -> np.ndarray:
+    """Per row, the doublings of its batch dimension before it lies past ``top`` on every
+    tree input that grows with it (the picks hold from there up), at most ``BATCH_LADDER``."""
+    rungs = np.full(len(b), BATCH_LADDER)
+    open_ = np.ones(len(b), dtype=bool)
+    for j in range(1, BATCH_LADDER + 1):
+        x = tree_features(np.where(batched, b * 2.0**j, b), np.where(batched, m, m * 2.0**j),
+                          n, k, sms)
+        batch_dim = np.where(batched, x[:, TREE_FEATURES.index("log2_b")],
+                             x[:, TREE_FEATURES.index("log2_m")])
+        past = open_ & (batch_dim > top) & (x[:, TREE_FEATURES.index("log2_tiles128_per_sm")] > top)
+        rungs[past] = j - 1
+        open_ &= ~past
+        if not open_.any():
+            break
+    return rungs
+
+
+def _reduction_rungs(k: np.ndarray, bottom: float) -> np.ndarray:
+    """Per row, the halvings of its reduction before it lies below ``bottom``, every
+    threshold the trees learned on it (the picks hold from there down), or reaches 1."""
+    if not np.isfinite(bottom):
+        return np.zeros(len(k), dtype=np.int64)
+    log_k = np.log2(np.maximum(np.asarray(k, dtype=np.float64), 1.0))
+    return np.clip(np.ceil(log_k - bottom), 0, np.floor(log_k)).astype(np.int64)
 
 
 def load_tile_table(path: Path | None = None) -> TileTable:
