@@ -7,6 +7,7 @@ import pytest
 
 from tilecast.device_db.loader import load_device
 from tilecast.learned import features as ft
+from tilecast.learned import row_tiles as rt
 from tilecast.learned import tiles as tl
 
 
@@ -123,7 +124,7 @@ def test_kernel_family(name: str, family: str | None) -> None:
 ])
 def test_softmax_tiles_match_recorded_grids(rows: int, cols: int, blocks: int,
                                             threads: int) -> None:
-    got_blocks, _, got_threads = tl.softmax_tiles(np.array([rows]), np.array([cols]),
+    got_blocks, _, got_threads = rt.softmax_tiles(np.array([rows]), np.array([cols]),
                                                   np.array([4.0]))
     assert (got_blocks[0], got_threads[0]) == (blocks, threads)
 
@@ -136,17 +137,17 @@ def test_softmax_tiles_match_recorded_grids(rows: int, cols: int, blocks: int,
 ])
 def test_softmax_block_threads_by_vendor(cols: int, cuda: int, rocm: int) -> None:
     args = np.array([64.0]), np.array([float(cols)]), np.array([4.0])
-    assert tl.softmax_tiles(*args)[2][0] == cuda
-    assert tl.softmax_tiles(*args, amd=np.array([1.0]))[2][0] == rocm
+    assert rt.softmax_tiles(*args)[2][0] == cuda
+    assert rt.softmax_tiles(*args, amd=np.array([1.0]))[2][0] == rocm
 
 
 def test_elementwise_and_layernorm_tiles() -> None:
     # add of 127 x 168 fp32: ceil(21336 / 512) = 42 blocks (recorded grid 42).
-    blocks, per_block = tl.elementwise_tiles(np.array([127 * 168]), np.array([4.0]))
+    blocks, per_block = rt.elementwise_tiles(np.array([127 * 168]), np.array([4.0]))
     assert (blocks[0], per_block[0]) == (42, 512)
-    blocks, _ = tl.elementwise_tiles(np.array([127 * 168]), np.array([2.0]))  # 8 fp16 / thread
+    blocks, _ = rt.elementwise_tiles(np.array([127 * 168]), np.array([2.0]))  # 8 fp16 / thread
     assert blocks[0] == 21
-    assert tl.layernorm_tiles(np.array([60]))[0][0] == 60
+    assert rt.layernorm_tiles(np.array([60]))[0][0] == 60
 
 
 def test_tile_tree_round_trip_and_prediction() -> None:

@@ -129,29 +129,29 @@ def shared_train(dataset_dir: Path):
 
 
 def test_shared_data_row_kernel_grids_match_the_tile_rules(shared_train) -> None:
-    from tilecast.learned import tiles as tl
+    from tilecast.learned import row_tiles as rt
 
     s = shared_train
     assert len(s) > 200_000 and {"Tesla T4", "NVIDIA A100-PCIE-40GB"} <= set(s.device)
-    for family, rule in (("softmax", lambda x: tl.softmax_tiles(x.rows, x.cols, x.itemsize)),
-                         ("layernorm", lambda x: tl.layernorm_tiles(x.rows))):
+    for family, rule in (("softmax", lambda x: rt.softmax_tiles(x.rows, x.cols, x.itemsize)),
+                         ("layernorm", lambda x: rt.layernorm_tiles(x.rows))):
         x = s.select(s.family == family)
         blocks, _, threads = rule(x)
         assert (blocks == x.grid).all() and (threads == x.block_threads).all(), family
     x = s.select(s.family == "elementwise")
-    assert (tl.elementwise_tiles(x.elements, x.itemsize)[0] == x.grid).all()
+    assert (rt.elementwise_tiles(x.elements, x.itemsize)[0] == x.grid).all()
 
 
 def test_shared_data_amd_block_softmax_launches_match_the_rocm_rule(dataset_dir: Path) -> None:
-    from tilecast.learned import tiles as tl
+    from tilecast.learned import row_tiles as rt
 
     s = load_kernels([dataset_dir], "train", vendor="amd")
     x = s.select((s.family == "softmax")
-                 & (s.cols * s.itemsize > tl.SOFTMAX_WARP_MAX_BYTES))
+                 & (s.cols * s.itemsize > rt.SOFTMAX_WARP_MAX_BYTES))
     assert len(x) >= 1000  # 700 rows per GPU, MI100 and MI210
-    blocks, _, threads = tl.softmax_tiles(x.rows, x.cols, x.itemsize, amd=np.ones(len(x)))
+    blocks, _, threads = rt.softmax_tiles(x.rows, x.cols, x.itemsize, amd=np.ones(len(x)))
     assert (threads == x.block_threads).all() and (blocks == x.grid).all()
-    assert not (tl.softmax_tiles(x.rows, x.cols, x.itemsize)[2] == x.block_threads).any()
+    assert not (rt.softmax_tiles(x.rows, x.cols, x.itemsize)[2] == x.block_threads).any()
 
 
 def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_train) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import conv as cv
+from . import row_tiles as rt
 from . import tiles as tl
 from .device_columns import (  # noqa: F401 (re-exported: features.device_columns etc.)
     DEFAULT_WATTS_PER_TFLOP,
@@ -257,8 +258,8 @@ def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
 
 def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     elements = np.maximum(kc.elements, 1.0)
-    blocks, per_block = tl.elementwise_tiles(elements, kc.itemsize)
-    slots = _slots(dc, np.full_like(blocks, tl.ELEMENTWISE_THREADS))
+    blocks, per_block = rt.elementwise_tiles(elements, kc.itemsize)
+    slots = _slots(dc, np.full_like(blocks, rt.ELEMENTWISE_THREADS))
     # What a block loads and stores per element: each operand once, a broadcast one included
     # (its repeats come from a cache or DRAM, but every element still loads it). Unique bytes
     # fall per element as a broadcast operand repeats more ([b, h, s, s] + [b, 1, s, s]:
@@ -354,12 +355,12 @@ def _row_features(family: str, kc: KernelColumns, dc: DeviceColumns, blocks: np.
 
 def _vector_loop(cols: np.ndarray, threads: np.ndarray, itemsize: np.ndarray) -> np.ndarray:
     """Elements a block-per-row loop of 16-byte vectors covers (whole strides of the block)."""
-    stride = threads * np.maximum(tl.VECTOR_BYTES // np.maximum(itemsize, 1), 1)
+    stride = threads * np.maximum(rt.VECTOR_BYTES // np.maximum(itemsize, 1), 1)
     return np.ceil(np.maximum(cols, 1.0) / stride) * stride
 
 
 def softmax_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
-    blocks, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize, dc.amd)
+    blocks, rpb, threads = rt.softmax_tiles(kc.rows, kc.cols, kc.itemsize, dc.amd)
     # The warp kernel pads each row to a power of two; the block kernel to whole strides.
     covered = np.where(rpb > 1, 2.0 ** np.ceil(np.log2(np.maximum(kc.cols, 1.0))),
                        _vector_loop(kc.cols, threads, kc.itemsize))
@@ -373,7 +374,7 @@ def softmax_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
 
 
 def layernorm_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
-    blocks, rpb, threads = tl.layernorm_tiles(kc.rows)
+    blocks, rpb, threads = rt.layernorm_tiles(kc.rows)
     covered = _vector_loop(kc.cols, threads, kc.itemsize)
     # Welford statistics pass, then the normalize pass re-reads the row.
     return _row_features("layernorm", kc, dc, blocks, rpb, threads, covered,

@@ -21,6 +21,7 @@ from ..device_db.device import MATRIX_DTYPES, Device
 from ..errors import PredictorError
 from . import conv as cv
 from . import features as ft
+from . import row_tiles as rt
 from . import simt, tensor_core
 from . import tiles as tl
 from .device_columns import uses_matrix_units
@@ -388,12 +389,12 @@ def row_tile_strings(family: str, kc: ft.KernelColumns,
     (elementwise: "threads x elements per thread"); ``amd``: 1 for ROCm launches
     (``DeviceColumns.amd``)."""
     if family == "elementwise":
-        per = np.maximum(tl.VECTOR_BYTES // np.maximum(kc.itemsize, 1), 1)
-        return _strings(np.full(len(per), tl.ELEMENTWISE_THREADS), per)
+        per = np.maximum(rt.VECTOR_BYTES // np.maximum(kc.itemsize, 1), 1)
+        return _strings(np.full(len(per), rt.ELEMENTWISE_THREADS), per)
     if family == "softmax":
-        _, rpb, threads = tl.softmax_tiles(kc.rows, kc.cols, kc.itemsize, amd)
+        _, rpb, threads = rt.softmax_tiles(kc.rows, kc.cols, kc.itemsize, amd)
     else:
-        _, rpb, threads = tl.layernorm_tiles(kc.rows)
+        _, rpb, threads = rt.layernorm_tiles(kc.rows)
     return _strings(rpb, threads)
 
 
