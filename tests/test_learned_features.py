@@ -173,17 +173,23 @@ def test_tile_table_uses_nearest_older_generation() -> None:
     assert table.tree_for("hopper", "tn") is leaf
 
 
+def _one_split_table(feature: int, threshold: float, tiles: tuple[str, str]) -> tl.TileTable:
+    """Ampere trees for both layouts: ``tiles[0]`` up to ``threshold`` on tree input
+    ``feature``, ``tiles[1]`` above; never split-K."""
+    tree = tl.TileTree(np.array([feature, -1, -1]), np.array([threshold, 0, 0]),
+                       np.array([1, -1, -1]), np.array([2, -1, -1]), np.array([0, 0, 1]), tiles)
+    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
+                      np.array([0]), ("1",))
+    return tl.TileTable({"ampere/nn": tree, "ampere/tn": tree, "ampere/nn/split": one,
+                         "ampere/tn/split": one}, {})
+
+
 def test_tile_candidates_climb_the_batch_ladder() -> None:
     # One tree on log2_m (feature 1): 64x64 up to m = 2^9, 128x128 above; split always 1. A
     # linear of 100 rows gets its own pick, then 128x128 from 800 rows (100 x 2^3) up; a
     # linear of 4096 rows has only 128x128. A batched product climbs its batch, not its rows:
     # its 100 rows never pass the threshold. Linear (tn) rows double m, batched (nn) rows b.
-    by_m = tl.TileTree(np.array([1, -1, -1]), np.array([9.0, 0, 0]), np.array([1, -1, -1]),
-                       np.array([2, -1, -1]), np.array([0, 0, 1]), ("64x64", "128x128"))
-    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
-                      np.array([0]), ("1",))
-    table = tl.TileTable({"ampere/nn": by_m, "ampere/tn": by_m, "ampere/nn/split": one,
-                          "ampere/tn/split": one}, {})
+    table = _one_split_table(1, 9.0, ("64x64", "128x128"))
     ones = np.ones(3)
     row, tile, split = table.candidates(
         "ampere", np.array(["tn", "tn", "nn"], dtype=object), ones, np.array([100, 4096, 100]),
@@ -196,12 +202,7 @@ def test_tile_candidates_descend_the_reduction_ladder() -> None:
     # One tree on log2_k (feature 3): 128x64 up to k = 2^15, 128x32 above (the Ampere trees'
     # switch on Linears of 32,768+ input features). k = 2^16 also gets 128x64, the pick for
     # its halved reduction; k = 2^10 lies below the threshold and has its own pick only.
-    by_k = tl.TileTree(np.array([3, -1, -1]), np.array([15.0, 0, 0]), np.array([1, -1, -1]),
-                       np.array([2, -1, -1]), np.array([0, 0, 1]), ("128x64", "128x32"))
-    one = tl.TileTree(np.array([-1]), np.zeros(1), np.array([-1]), np.array([-1]),
-                      np.array([0]), ("1",))
-    table = tl.TileTable({"ampere/nn": by_k, "ampere/tn": by_k, "ampere/nn/split": one,
-                          "ampere/tn/split": one}, {})
+    table = _one_split_table(3, 15.0, ("128x64", "128x32"))
     ones = np.ones(2)
     row, tile, _ = table.candidates("ampere", np.array(["tn", "tn"], dtype=object), ones,
                                     1280 * ones, 5120 * ones, np.array([2**16, 2**10]),

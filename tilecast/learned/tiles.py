@@ -181,9 +181,7 @@ class TileTable:
                         for i in range(int(down.max(initial=0)) + 1)),
                        key=lambda r: (r[1] > 0, r))  # the batch ladder first
         rows = [np.nonzero((up >= j) & (down >= i))[0] for j, i in rungs]
-        x = np.concatenate([tree_features(np.where(batched[r], b[r] * 2.0**j, b[r]),
-                                          np.where(batched[r], m[r], m[r] * 2.0**j), n[r],
-                                          k[r] / 2.0**i, sms[r])
+        x = np.concatenate([_rung_features(batched[r], b[r], m[r], n[r], k[r], sms[r], j, i)
                             for (j, i), r in zip(rungs, rows, strict=True)])
         row = np.concatenate(rows)
         tile, split, tiles, splits = self._select_ids(arch, batched[row],
@@ -203,6 +201,15 @@ class TileTable:
         path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True) + "\n")
 
 
+def _rung_features(batched: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray,
+                   k: np.ndarray, sms: np.ndarray, doublings: int, halvings: int) -> np.ndarray:
+    """Tree inputs of the shapes with the batch dimension (a batched product's batch, a
+    linear layer's rows) doubled and the reduction halved so many times."""
+    up, down = 2.0**doublings, 2.0**halvings
+    return tree_features(np.where(batched, b * up, b), np.where(batched, m, m * up), n,
+                         k / down, sms)
+
+
 def _threshold(trees: list[TileTree], features: tuple[str, ...], pick) -> float:
     """The largest (``pick=max``) or smallest (``min``) threshold these trees learned on
     these tree inputs; -inf / +inf when none did."""
@@ -218,8 +225,7 @@ def _batch_rungs(batched: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarra
     rungs = np.full(len(b), BATCH_LADDER)
     open_ = np.ones(len(b), dtype=bool)
     for j in range(1, BATCH_LADDER + 1):
-        x = tree_features(np.where(batched, b * 2.0**j, b), np.where(batched, m, m * 2.0**j),
-                          n, k, sms)
+        x = _rung_features(batched, b, m, n, k, sms, j, 0)
         batch_dim = np.where(batched, x[:, TREE_FEATURES.index("log2_b")],
                              x[:, TREE_FEATURES.index("log2_m")])
         past = open_ & (batch_dim > top) & (x[:, TREE_FEATURES.index("log2_tiles128_per_sm")] > top)
