@@ -130,6 +130,46 @@ def alignment_plan() -> list[Shape]:
     return _shuffled(out)
 
 
+# Long reductions beside their transposed twins (same FLOPs, same operands' sizes): on every
+# fp32 training GPU a held-out Linear's forecast / measured falls as K grows (P100: Linear(50272
+# -> 4096) on 65,536 rows 3.3x slower than Linear(4096 -> 50272); docs/predictor.md, "Open
+# causes"). Whether tensor-core kernels show it too says whether the term is general. Dims are
+# collect's (1, rows, out, in).
+LONG_K = (1024, 4096, 16384, 32768, 50272, 65536)
+
+
+def long_k_plan() -> list[Shape]:
+    return _shuffled([Shape("linear", (1, m, *pair)) for m in (4096, 16384, 65536)
+                      for k in LONG_K for pair in ((4096, k), (k, 4096))])
+
+
+# bf16 autocast over fp32 models (what `tilecast analyze --math amp-bf16` forecasts): the
+# plan's bf16 (autocast) training step of BERT-Large, and inference beside the bf16 labels.
+AMP_LABELS = (("bert-large", 8, 512, "training", "eager", None),
+              ("bert-large", 8, 512, "inference", "eager", None),
+              ("gpt2-large", 4, 1024, "inference", "eager", None),
+              ("resnet-50", 128, None, "training", "eager", None),
+              ("resnet-50", 256, None, "inference", "eager", None),
+              ("llama-3-8b", 1, 2048, "inference", "eager", 4),
+              ("bert-large", 2, 512, "training", "eager", None),
+              ("vit-base", 32, None, "training", "eager", None),
+              ("resnet-50", 256, None, "inference", "cudagraph", None))
+
+
+# A second pass: the same models at more batch sizes, for per-batch autocast rows.
+MORE_AMP_LABELS = (
+    *(("bert-large", b, 512, mode, "eager", None) for b in (1, 4, 16)
+      for mode in ("training", "inference")),
+    *(("resnet-50", b, None, "training", "eager", None) for b in (32, 64, 256)),
+    *(("resnet-50", b, None, "inference", "eager", None) for b in (32, 64, 128)),
+    *(("gpt2-large", b, 1024, "inference", "eager", None) for b in (1, 8)),
+    *(("vit-base", b, None, mode, "eager", None) for b in (8, 128)
+      for mode in ("training", "inference")),
+    *(("llama-3-8b", 1, s, "inference", "eager", 4) for s in (1024, 4096)),
+    ("gpt2-large", 4, 1024, "training", "eager", None),
+)
+
+
 def repeat_plan(root: Path) -> list[Shape]:
     """A sample of shapes already measured (the first lease), to measure again in a separate
     folder: the run-to-run spread on a fresh machine, the floor any model's error sits on."""
@@ -172,7 +212,8 @@ def kernels(out: Path, name: str, shapes: list[Shape], dtypes: tuple[str, ...], 
             torch.cuda.empty_cache() if torch.cuda.is_available() else None
 
 
-def labels(out: Path, budget: float, device: str, plan=LABELS) -> None:
+def labels(out: Path, budget: float, device: str, plan=LABELS, dtype: str = "bf16",
+           math: str = "graph") -> None:
     stop = time.monotonic() + budget
     for model, batch, seq, mode, runtime, layers in plan:
         if time.monotonic() > stop:
@@ -180,9 +221,9 @@ def labels(out: Path, budget: float, device: str, plan=LABELS) -> None:
             return
         t = time.monotonic()
         try:
-            res = collect_label(model, out, batch=batch, seq=seq, dtype="bf16", mode=mode,
-                                runtime=runtime, layers=layers, device_spec=device)
-            print(f"label {model} b{batch} {mode} {runtime}: {res.e2e_ms:.3f} ms "
+            res = collect_label(model, out, batch=batch, seq=seq, dtype=dtype, mode=mode,
+                                runtime=runtime, layers=layers, device_spec=device, math=math)
+            print(f"label {model} b{batch} {mode} {runtime} {math}: {res.e2e_ms:.3f} ms "
                   f"({time.monotonic() - t:.0f} s)", flush=True)
         except Exception as exc:
             print(f"label {model} b{batch} {mode} {runtime}: FAILED {type(exc).__name__}: "
@@ -218,6 +259,13 @@ def main() -> None:
         "labels2": lambda: labels(a.out, 140 * s, dev, MORE_LABELS),
         "labels-repeat": lambda: labels(a.out.with_name(a.out.name + "-repeat"), 90 * s, dev,
                                         LABELS + MORE_LABELS[:14]),
+        "amp": lambda: labels(a.out, 150 * s, dev, AMP_LABELS, "fp32", "amp-bf16"),
+        "amp2": lambda: labels(a.out, 150 * s, dev, MORE_AMP_LABELS, "fp32", "amp-bf16"),
+        "amp-repeat": lambda: labels(a.out.with_name(a.out.name + "-repeat"), 60 * s, dev,
+                                     AMP_LABELS, "fp32", "amp-bf16"),
+        "amp-fp16": lambda: labels(a.out, 60 * s, dev, AMP_LABELS[:6], "fp32", "amp-fp16"),
+        "longk": lambda: kernels(a.out, "long reductions bf16", long_k_plan(), ("bf16",),
+                                 60 * s, dev),
         "alignment": lambda: kernels(a.out, "alignment bf16", alignment_plan(), ("bf16", "fp16"),
                                      60 * s, dev),
         "gputime": lambda: kernels(a.out.with_name(a.out.name + "-gputime"), "gpu time bf16",

@@ -151,6 +151,39 @@ def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
           f"span {span:.3f} ms, wall {wall_ms:.3f} ms per forward", flush=True)
 
 
+def trace_amp_step(out: Path, model: str, batch: int, seq: int | None, dev,
+                   math: str = "amp-bf16") -> None:
+    """One training step of the fp32 model under autocast, as `collect-labels --math` times
+    it: its kernels, and how much of the step's wall time the GPU is busy."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from tilecast.collect.labels import _timers, math_mode
+    from tilecast.exporters.api import build_module
+
+    built = build_module(model, batch=batch, seq=seq, dtype="float32", device=str(dev))
+    with math_mode(math):
+        _, step = _timers(built.module, dict(built.inputs), "training", "eager", dev, math)
+        for _ in range(5):
+            step()
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(10):
+            step()
+        torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - t) * 100
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            step()
+            torch.cuda.synchronize()
+    ks = _kernels(prof)
+    busy = sum(k["dur_us"] for k in ks) / 1e3
+    span = max((k["start_us"] + k["dur_us"] for k in ks), default=0) / 1e3
+    _write(out / f"trace-{model}-{math}-train-b{batch}.csv", ks)
+    print(f"trace {model} {math} training b{batch}: {len(ks)} kernels, busy {busy:.3f} ms, "
+          f"span {span:.3f} ms, wall {wall_ms:.3f} ms per step", flush=True)
+
+
+AMP_STEPS = (("bert-large", 8, 512), ("bert-large", 1, 512), ("resnet-50", 128, None),
+             ("vit-base", 32, None))
 TRACES = (("resnet-50", 1, None, "cudagraph", None), ("resnet-50", 1, None, "eager", None),
           ("resnet-50", 32, None, "cudagraph", None), ("resnet-50", 256, None, "cudagraph", None),
           ("mobilenet-v3-large", 1, None, "cudagraph", None),
@@ -163,9 +196,20 @@ def main() -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--only", default="", help="comma-separated models to trace (no floors)")
+    ap.add_argument("--amp-steps", action="store_true",
+                    help="only the autocast training steps (AMP_STEPS)")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device(a.device)
+    if a.amp_steps:
+        for model, b, s in AMP_STEPS:
+            try:
+                trace_amp_step(a.out, model, b, s, dev)
+            except Exception as exc:
+                print(f"trace {model} amp b{b}: FAILED {type(exc).__name__}: {str(exc)[:300]}",
+                      flush=True)
+            torch.cuda.empty_cache()
+        return
     only = [m for m in a.only.split(",") if m]
     if not only:
         floors(a.out, dev)

@@ -81,7 +81,37 @@ def test_collected_label_is_evaluated_as_it_ran(tmp_path, config):
     assert list((tmp_path / "cache").glob("tiny-*-base-b2-s16-float16-eval.onnx"))
 
 
+def test_an_autocast_label_records_its_math_mode(tmp_path, config):
+    out = tmp_path / "out"
+    r = _run(str(config), "-b", "2", "-s", "16", "--dtype", "fp32", "--math", "amp-bf16",
+             "--out", str(out))
+    assert r.exit_code == 0, r.output
+    label = json.loads((out / "labels-float32-amp-bf16-eager" / "cpu" / "tiny-inf-16-2.json")
+                       .read_text())
+    assert (label["dtype"], label["math"], label["runtime"]) == ("float32", "amp-bf16", "eager")
+
+
+@pytest.mark.parametrize("math_mode, out_dtype", [("graph", "float32"), ("amp-bf16", "bfloat16")])
+def test_autocast_runs_the_fp32_model_in_half(math_mode, out_dtype):
+    """What the label times is the fp32 model under torch.autocast: its Linear computes in
+    bf16 (checked on the forward the timer calls), and TF32 is off outside --math tf32."""
+    import torch
+
+    from tilecast.collect.labels import _timers
+    from tilecast.collect.labels import math_mode as tf32_setting
+
+    module = torch.nn.Linear(8, 8)
+    with tf32_setting(math_mode):
+        assert not torch.backends.cudnn.allow_tf32
+        forward, step = _timers(module, {"input": torch.ones(2, 8)}, "inference", "eager",
+                                torch.device("cpu"), math_mode)
+        assert step is None and str(forward().dtype) == f"torch.{out_dtype}"
+    with tf32_setting("tf32"):
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+
+
 @pytest.mark.parametrize("args, message", [
+    (["--dtype", "bf16", "--math", "amp-bf16"], "the model must be built in fp32"),
     (["--runtime", "cudagraph"], "CUDA graph of the forward: inference on a CUDA device only"),
     (["--runtime", "graph"], "Invalid value for '--runtime'"),
     (["--mode", "training", "--runtime", "cudagraph"], "inference on a CUDA device only"),

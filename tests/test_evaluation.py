@@ -205,6 +205,53 @@ def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeyp
     assert f.total_ms != analyze(graph, "l4", predictor="roofline").total_ms  # not eager
 
 
+def test_labels_carry_the_math_mode_an_fp32_model_ran_with(tmp_path):
+    """An fp32 model run under autocast or TF32 says so in "math"; math on a model already in
+    half precision, or an unknown mode, is skipped with the reason."""
+    labels, models = tmp_path / "labels", tmp_path / "models"
+    models.mkdir()
+    (models / "gpt2_large.json").write_text('{"model_type": "gpt2"}')
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-4.json",
+           {"e2e_latency": 9.0, "math": "amp-bf16"})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-8.json",
+           {"e2e_latency": 9.0, "dtype": "bfloat16", "math": "amp-bf16"})
+    _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-16.json",
+           {"e2e_latency": 9.0, "math": "fp8"})
+    (found,), skipped = discover_labels(labels, models)
+    assert (found.batch, found.dtype, found.math) == (4, "float32", "amp-bf16")
+    reasons = sorted(s.reason for s in skipped)
+    assert reasons[0].startswith("math amp-bf16 applies to a float32 model, not bfloat16")
+    assert reasons[1].startswith("math must be one of graph, tf32, amp-fp16, amp-bf16, got 'fp8'")
+
+
+def test_an_autocast_label_is_forecast_under_its_math_mode(tmp_path, monkeypatch):
+    import onnx.parser
+
+    import tilecast.exporters
+    from tilecast import analyze
+    from tilecast.device_db import load_device
+    from tilecast.evaluation import runner
+    from tilecast.evaluation.labels import Label
+
+    graph = tmp_path / "tiny.onnx"
+    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+        g (float[256, 512] x, float[512, 512] w) => (float[256, 512] y) {
+            h = MatMul(x, w)
+            y = Softmax(h)
+        }"""), graph)
+    monkeypatch.setattr(tilecast.exporters, "export_model",
+                        lambda config, *, output, **kw: Path(output).write_bytes(
+                            graph.read_bytes()))
+    config = tmp_path / "tiny.json"
+    config.write_text('{"model_type": "gpt2"}')
+    label = Label(tmp_path / "x.json", "NVIDIA_A100-SXM4-40GB", load_device("a100-sxm4-40gb"),
+                  "tiny", config, "inference", 64, 256, "plain", 1.0, math="amp-bf16")
+    f = runner.forecast_label(label, "roofline", tmp_path / "cache")
+    amp = analyze(graph, "a100-sxm4-40gb", predictor="roofline", math="amp-bf16")
+    assert f.total_ms == amp.total_ms
+    assert f.total_ms != analyze(graph, "a100-sxm4-40gb", predictor="roofline").total_ms
+
+
 def test_summary_and_table_keep_dtypes_and_runtimes_apart():
     from tilecast.evaluation.report import render_table
     from tilecast.evaluation.runner import EvalResult

@@ -10,7 +10,7 @@ import click
 @click.command("collect-labels")
 @click.argument("model")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
-              help="Output folder: labels-<dtype>-<runtime>/<GPU>/*.json and models/.")
+              help="Output folder: labels-<dtype>[-<math>]-<runtime>/<GPU>/*.json and models/.")
 @click.option("-b", "--batch", type=click.IntRange(min=1),
               help="Batch size (a zoo model's default when omitted).")
 @click.option("-s", "--seq", type=click.IntRange(min=1),
@@ -24,6 +24,11 @@ import click
               type=click.Choice(["eager", "cudagraph"]),
               help="eager PyTorch, or one CUDA graph of the forward (inference; scored by "
                    "tilecast's cudagraph runtime).")
+@click.option("--math", "math_mode", default="graph", show_default=True,
+              type=click.Choice(["graph", "tf32", "amp-fp16", "amp-bf16"]),
+              help="How an fp32 model's math runs (--dtype fp32): graph (fp32, TF32 off), "
+                   "tf32, or amp-bf16 / amp-fp16 (torch.autocast), as `tilecast analyze "
+                   "--math` forecasts it.")
 @click.option("--attn", default="eager", show_default=True, type=click.Choice(["eager", "sdpa"]),
               help="Attention: eager (matmul, softmax, matmul) or PyTorch's fused SDPA.")
 @click.option("--layers", type=click.IntRange(min=1),
@@ -33,8 +38,8 @@ import click
 @click.option("--device", "device_spec", default="cuda:0", show_default=True,
               help="torch device: cuda:N, or cpu to test the collection without a GPU.")
 def collect_labels(model: str, out_dir: Path, batch: int | None, seq: int | None, dtype: str,
-                   mode: str, runtime: str, attn: str, layers: int | None, repeats: int,
-                   device_spec: str) -> None:
+                   mode: str, runtime: str, math_mode: str, attn: str, layers: int | None,
+                   repeats: int, device_spec: str) -> None:
     """Time a whole model on your GPU and write its end-to-end label.
 
     MODEL is a zoo name (`tilecast export --list`) or a Hugging Face config.json. The model
@@ -47,11 +52,13 @@ def collect_labels(model: str, out_dir: Path, batch: int | None, seq: int | None
     Example:
       tilecast collect-labels bert-large -b 8 -s 512 --dtype bf16 --out my-h100
       tilecast collect-labels llama-3-8b -b 1 -s 2048 --layers 4 --runtime cudagraph --out my-h100
+      tilecast collect-labels bert-large -b 8 -s 512 --dtype fp32 --math amp-bf16 \\
+          --mode training --out my-h100
       tilecast evaluate my-h100/labels-bfloat16-eager
     """
     from .collect.labels import collect_label
 
     result = collect_label(model, out_dir, batch=batch, seq=seq, dtype=dtype, mode=mode,
                            runtime=runtime, attn=attn, layers=layers,
-                           device_spec=device_spec, repeats=repeats)
+                           device_spec=device_spec, repeats=repeats, math=math_mode)
     click.echo(result.summary())

@@ -13,18 +13,24 @@ layers in their static form, ``exporters.moe``). Inference runs under ``torch.in
 in eval mode; a training step is the forward and the backward of the output's sum (no
 optimizer), timed whole and forward alone, as NeuSight's labels record ``fw_latency`` and
 ``bwall_latency``. ``runtime="cudagraph"`` replays one CUDA graph of the forward (inference).
+``math`` sets how an fp32 model's math runs, as ``tilecast analyze --math`` forecasts it:
+``graph`` (fp32 as built: TF32 off for matmuls and convs, whatever PyTorch's defaults),
+``tf32``, or ``amp-bf16`` / ``amp-fp16`` (the fp32 model under ``torch.autocast``); the label
+records it in ``math`` and its folder is ``labels-float32-<math>-<runtime>``.
 torch is imported lazily (the ``[collect]`` extra).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..analyzer.mathmode import MATH_MODES
 from ..errors import ConfigError, TilecastError
 from .timing import device_label, resolve_device, sm_clock_mhz, time_callable, torch_module
 
@@ -45,9 +51,14 @@ class LabelResult:
         return f"wrote {self.path}: {self.e2e_ms:.3f} ms (forward {self.fw_ms:.3f} ms{back})"
 
 
-def _check(dtype: str, mode: str, runtime: str, device) -> str:
+def _check(dtype: str, mode: str, runtime: str, device, math: str = "graph") -> str:
     if dtype not in SHORT_DTYPES:
         raise ConfigError(f"unknown dtype {dtype!r}: choose from {', '.join(SHORT_DTYPES)}")
+    if math not in MATH_MODES:
+        raise ConfigError(f"unknown math mode {math!r}: choose from {', '.join(MATH_MODES)}")
+    if math != "graph" and dtype != "fp32":
+        raise ConfigError(f"--math {math} runs an fp32 model's math ({math}); the model must "
+                          f"be built in fp32 (--dtype fp32), not {dtype}")
     if mode not in MODES:
         raise ConfigError(f"unknown mode {mode!r}: choose from {', '.join(MODES)}")
     if runtime not in LABEL_RUNTIMES:
@@ -86,25 +97,56 @@ def _graph_replay(fn: Callable[[], Any], device) -> Callable[[], Any]:
     return graph.replay
 
 
-def _timers(module: Any, inputs: dict, mode: str, runtime: str, device
+AUTOCAST_DTYPES = {"amp-bf16": "bfloat16", "amp-fp16": "float16"}
+
+
+@contextlib.contextmanager
+def math_mode(math: str) -> Iterator[None]:
+    """TF32 on or off for the whole measurement (PyTorch's defaults differ for matmuls and
+    cuDNN convs, so a label says which ran), restored afterwards."""
+    torch = torch_module()
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = math == "tf32"
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def _autocast(math: str, device, runtime: str) -> Callable[[], Any]:
+    """A fresh autocast context per call (or none). A CUDA graph captures the casts, so its
+    weight-cast cache is off there, as torch.cuda.graphs asks."""
+    torch = torch_module()
+    if math not in AUTOCAST_DTYPES:
+        return contextlib.nullcontext
+    dtype = getattr(torch, AUTOCAST_DTYPES[math])
+    return lambda: torch.autocast(device.type, dtype=dtype, cache_enabled=runtime != "cudagraph")
+
+
+def _timers(module: Any, inputs: dict, mode: str, runtime: str, device, math: str = "graph"
             ) -> tuple[Callable[[], Any], Callable[[], Any] | None]:
     """(forward, whole training step or None) callables."""
     torch = torch_module()
+    amp = _autocast(math, device, runtime)
     if mode == "inference":
         module.eval()
 
         def forward() -> Any:
-            with torch.inference_mode():
+            with torch.inference_mode(), amp():
                 return module(**inputs)
 
         return (_graph_replay(forward, device) if runtime == "cudagraph" else forward), None
     module.train()
 
+    def train_forward() -> Any:
+        with amp():
+            return module(**inputs)
+
     def step() -> None:
         module.zero_grad(set_to_none=True)
-        _sum_outputs(module(**inputs)).backward()
+        _sum_outputs(train_forward()).backward()
 
-    return (lambda: module(**inputs)), step
+    return train_forward, step
 
 
 def _median(fn: Callable[[], Any], device, repeats: int) -> float:
@@ -114,13 +156,13 @@ def _median(fn: Callable[[], Any], device, repeats: int) -> float:
 def collect_label(model: str, out: Path, *, batch: int | None, seq: int | None, dtype: str = "bf16",
                   mode: str = "inference", runtime: str = "eager", attn: str = "eager",
                   layers: int | None = None, device_spec: str = "cuda:0",
-                  repeats: int = 20) -> LabelResult:
+                  repeats: int = 20, math: str = "graph") -> LabelResult:
     """Build ``model`` (zoo name or config path) on the device, time it, write its label."""
     from ..exporters.api import build_module
     from ..exporters.hf import with_layers
 
     device = resolve_device(device_spec)
-    full = _check(dtype, mode, runtime, device)
+    full = _check(dtype, mode, runtime, device, math)
     built = build_module(model, batch=batch, seq=seq, dtype=full, attn=attn, layers=layers,
                          device=str(device))
     if layers and built.image:
@@ -128,9 +170,10 @@ def collect_label(model: str, out: Path, *, batch: int | None, seq: int | None, 
         raise ConfigError("--layers cuts transformer configs only; image models run whole")
     module, inputs, task, batch, seq = (built.module, dict(built.inputs), built.task,
                                         built.batch, built.seq)
-    forward, step = _timers(module, inputs, mode, runtime, device)
-    fw_ms = _median(forward, device, repeats)
-    e2e_ms = _median(step, device, repeats) if step else fw_ms
+    with math_mode(math):
+        forward, step = _timers(module, inputs, mode, runtime, device, math)
+        fw_ms = _median(forward, device, repeats)
+        e2e_ms = _median(step, device, repeats) if step else fw_ms
     config = with_layers(dict(built.config), layers) if layers else dict(built.config)
     config.pop("_tilecast", None)
     stem = f"{built.name}-L{layers}" if layers else built.name
@@ -139,14 +182,16 @@ def collect_label(model: str, out: Path, *, batch: int | None, seq: int | None, 
     record = {
         "num_layer": _depth(config), "e2e_latency": e2e_ms, "fw_latency": fw_ms,
         "bwall_latency": max(e2e_ms - fw_ms, 0.0) if step else 0, "dtype": full,
-        "runtime": runtime, "attn": attn, "model": stem, "task": task, "batch": batch,
+        "runtime": runtime, "math": math, "attn": attn, "model": stem, "task": task,
+        "batch": batch,
         "seq": seq_or_size,
         "device": device_label(device), "torch": torch.__version__,
         "cuda": torch.version.cuda or "", "repeats": repeats,
         "sm_clock_mhz": sm_clock_mhz(device),
     }
     gpu_dir = record["device"].replace(" ", "_").replace("/", "_")
-    path = (out / f"labels-{full}-{runtime}" / gpu_dir /
+    folder = f"labels-{full}-{runtime}" if math == "graph" else f"labels-{full}-{math}-{runtime}"
+    path = (out / folder / gpu_dir /
             f"{stem}-{MODES[mode]}-{seq_or_size}-{batch}.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(record, indent=2) + "\n")

@@ -3,8 +3,9 @@
 Layout: ``LABELS_DIR/<GPU_DIR>/<model>-<inf|train>-<seq>-<batch>[-fusion|-dp4|-tp4|-pp4_1].json``
 holding ``e2e_latency`` in ms, and optionally the ``dtype`` the model ran in (``float32``, the
 default and all of NeuSight's; ``float16``, ``bfloat16``) and the ``runtime`` (``eager``, the
-default; ``graph``: CUDA graphs), the model ``task`` it was built for and its ``attn``
-(eager, sdpa; ``tilecast collect-labels`` writes all four), which the forecast then uses.
+default; ``graph``: CUDA graphs), the ``math`` an fp32 model ran with (``graph``, the default;
+``tf32``, ``amp-bf16``, ``amp-fp16``), the model ``task`` it was built for and its ``attn``
+(eager, sdpa; ``tilecast collect-labels`` writes all five), which the forecast then uses.
 Anything else is reported as skipped with the reason, never dropped.
 """
 
@@ -16,6 +17,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..analyzer.mathmode import MATH_MODES
 from ..analyzer.runtime import RUNTIMES
 from ..device_db import Device, load_device
 from ..errors import DeviceError
@@ -44,6 +46,7 @@ class Label:
     runtime: str = "eager"  # the JSON's "runtime": eager | graph (CUDA graphs)
     task: str | None = None  # the JSON's "task" (exporter task); None: by model type
     attn: str | None = None  # the JSON's "attn"; None: what NeuSight's runs recorded
+    math: str = "graph"  # the JSON's "math": how an fp32 model's math ran (tf32, amp-bf16, ...)
 
 
 @dataclass(frozen=True)
@@ -52,8 +55,8 @@ class Skipped:
     reason: str
 
 
-def _measured(path: Path) -> tuple[float, str, str, str | None, str | None]:
-    """(e2e_latency ms, dtype, runtime, task, attn) of one label JSON."""
+def _measured(path: Path) -> tuple[float, str, str, str | None, str | None, str]:
+    """(e2e_latency ms, dtype, runtime, task, attn, math) of one label JSON."""
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -68,12 +71,17 @@ def _measured(path: Path) -> tuple[float, str, str, str | None, str | None]:
         raise ValueError(f"dtype must be one of {', '.join(LABEL_DTYPES)}, got {dtype!r}")
     if runtime not in RUNTIMES:
         raise ValueError(f"runtime must be one of {', '.join(RUNTIMES)}, got {runtime!r}")
+    math_mode = data.get("math", "graph")
+    if math_mode not in MATH_MODES:
+        raise ValueError(f"math must be one of {', '.join(MATH_MODES)}, got {math_mode!r}")
+    if math_mode != "graph" and dtype != "float32":
+        raise ValueError(f"math {math_mode} applies to a float32 model, not {dtype}")
     task, attn = data.get("task"), data.get("attn")
     if task is not None and task not in TASK_AUTO_CLASSES:
         raise ValueError(f"task must be one of {', '.join(TASK_AUTO_CLASSES)}, got {task!r}")
     if attn is not None and attn not in ATTNS:
         raise ValueError(f"attn must be one of {', '.join(ATTNS)}, got {attn!r}")
-    return float(value), dtype, runtime, task, attn
+    return float(value), dtype, runtime, task, attn, math_mode
 
 
 # The passes a training label may also record (NeuSight's JSONs): the forward, and the
@@ -112,9 +120,10 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     config = models / f"{stem}.json"
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")
-    ms, dtype, runtime, task, attn = _measured(path)
+    ms, dtype, runtime, task, attn, math_mode = _measured(path)
     return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
-                 int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime, task, attn)
+                 int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime, task, attn,
+                 math_mode)
 
 
 def discover_labels(root: Path, models: Path, gpus: tuple[str, ...] = (),

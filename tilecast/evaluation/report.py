@@ -10,13 +10,13 @@ def _opt(x: float | None) -> str:
 
 
 def _setting(x) -> list[str]:
-    return [x.dtype, x.runtime]
+    return [x.dtype, x.runtime, x.math]
 
 
 def render_table(res: EvalResult, markdown: bool = False) -> str:
-    # dtype and runtime columns only where a label sets them (NeuSight's are all fp32 eager)
-    extra = any((r.dtype, r.runtime) != ("float32", "eager") for r in res.runs)
-    cols = ["dtype", "runtime"] if extra else []
+    # dtype, runtime and math columns only where a label sets them (NeuSight's are fp32 eager)
+    extra = any((r.dtype, r.runtime, r.math) != ("float32", "eager", "graph") for r in res.runs)
+    cols = ["dtype", "runtime", "math"] if extra else []
     head = ["gpu", "model", "mode", "batch", "seq", "variant", *cols, "measured_ms",
             "predicted_ms", "error_pct", "paper_error_pct"]
     rows = [[r.gpu, r.model, r.mode, str(r.batch), str(r.seq), r.variant,

@@ -44,6 +44,7 @@ class Run:
     paper_error_pct: float | None
     dtype: str = "float32"  # the label's: what the run measured and the forecast assumed
     runtime: str = "eager"
+    math: str = "graph"
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Summary:
     n_paper: int = 0  # how many of the n cells have a published error
     dtype: str = "float32"
     runtime: str = "eager"
+    math: str = "graph"
 
 
 @dataclass(frozen=True)
@@ -115,10 +117,10 @@ def cached_export(label: Label, cache: Path, progress: Progress | None = None, *
 def forecast_label(label: Label, predictor: Predictor, cache: Path,
                    progress: Progress | None = None) -> Forecast:
     """The forecast of a single-GPU (plain or fusion) label's run: its model exported (cached)
-    at the label's shape and dtype, forecast under the label's runtime."""
+    at the label's shape and dtype, forecast under the label's runtime and math mode."""
     path = cached_export(label, cache, progress)
     return analyze(path, label.device, mode=label.mode, fusion=label.variant == "fusion",
-                   predictor=predictor, runtime=label.runtime)
+                   predictor=predictor, runtime=label.runtime, math=label.math)
 
 
 def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
@@ -138,21 +140,21 @@ def _forecast_ms(label: Label, models_dir: Path, pred: Predictor, cache: Path,
     f = analyze_parallel(path, layout, cluster=cluster_for_device(label.device),
                          predictor=pred, optimizer="adam", clip_grad=d.clip_grad,
                          layers=config_layers(label.config), fusion=d.fusion,
-                         runtime=label.runtime)
+                         runtime=label.runtime, math=label.math)
     return f.step_ms
 
 
 def _summaries(runs: list[Run]) -> tuple[Summary, ...]:
-    groups: dict[tuple[str, str, str, str, str], list[Run]] = defaultdict(list)
+    groups: dict[tuple[str, ...], list[Run]] = defaultdict(list)
     for r in runs:
-        groups[(r.gpu, r.mode, r.variant, r.dtype, r.runtime)].append(r)
+        groups[(r.gpu, r.mode, r.variant, r.dtype, r.runtime, r.math)].append(r)
     out = []
-    for (gpu, mode, variant, dtype, runtime), rs in sorted(groups.items()):
+    for (gpu, mode, variant, dtype, runtime, math_mode), rs in sorted(groups.items()):
         paper = [r for r in rs if r.paper_error_pct is not None]
         out.append(Summary(
             gpu, mode, variant, len(rs), round(sum(r.error_pct for r in rs) / len(rs), 2),
             round(sum(r.paper_error_pct for r in paper) / len(paper), 2) if paper else None,
-            len(paper), dtype, runtime))
+            len(paper), dtype, runtime, math_mode))
     return tuple(out)
 
 
@@ -183,9 +185,9 @@ def evaluate(labels_dir: Path, *, models_dir: Path | None = None,
         err = abs(total_ms - label.measured_ms) / label.measured_ms * 100
         # NeuSight's published errors are for its fp32 eager runs only
         key = (label.gpu, label.model, label.mode, label.batch, label.variant)
-        published = paper.get(key) if (label.dtype, label.runtime) == ("float32", "eager") \
-            else None
+        published = paper.get(key) if (label.dtype, label.runtime, label.math) == (
+            "float32", "eager", "graph") else None
         runs.append(Run(label.gpu, label.model, label.mode, label.batch, label.seq,
                         label.variant, round(label.measured_ms, 4), round(total_ms, 4),
-                        round(err, 2), published, label.dtype, label.runtime))
+                        round(err, 2), published, label.dtype, label.runtime, label.math))
     return EvalResult(tuple(runs), _summaries(runs), tuple(skipped), pred.name)
