@@ -33,7 +33,8 @@ RESNET_CONVS = ((3, 64, 7, 224, 2), (64, 64, 1, 56, 1), (64, 64, 3, 56, 1), (64,
                 (128, 512, 1, 28, 1), (512, 256, 1, 28, 1), (256, 256, 3, 28, 2),
                 (256, 256, 3, 14, 1), (1024, 256, 1, 14, 1), (512, 512, 3, 14, 2),
                 (512, 512, 3, 7, 1), (2048, 512, 1, 7, 1), (512, 2048, 1, 7, 1))
-# Large regular GEMMs (the plan asks M, N, K up to 16k): squares and a 7B decoder's prefill.
+# Large regular GEMMs (the plan asks M, N, K up to 16k): squares and a 7B decoder's prefill,
+# as (in, out) features.
 SQUARES = (1024, 2048, 4096, 8192, 16384)
 LLM_GEMMS = ((4096, 12288), (4096, 4096), (4096, 22016), (11008, 4096), (14336, 4096),
              (4096, 28672))
@@ -48,7 +49,7 @@ def _shuffled(shapes: list[Shape]) -> list[Shape]:
 def matmul_plan() -> list[Shape]:
     zoo = sorted(ZOO_DIR.glob("*.json"))
     big = [Shape("linear", (1, s, s, s)) for s in SQUARES]
-    big += [Shape("linear", (1, m, n, k)) for m in (2048, 8192, 16384) for k, n in LLM_GEMMS]
+    big += [Shape("linear", (1, m, i, o)) for m in (2048, 8192, 16384) for i, o in LLM_GEMMS]
     # big GEMMs lead: a cut phase still has them
     rest = _shuffled([*default_grid("linear"), *zoo_shapes("linear", zoo), *default_grid("bmm"),
                       *zoo_shapes("bmm", zoo), *default_grid("bmmt", 80),
@@ -122,7 +123,7 @@ VOCABS = ((30522, 30528), (50257, 50264), (32000, 32000), (128256, 128256), (320
 
 
 def alignment_plan() -> list[Shape]:
-    out = [Shape("linear", (1, m, v, h)) for m in (512, 2048, 8192) for pair in VOCABS
+    out = [Shape("linear", (1, m, h, v)) for m in (512, 2048, 8192) for pair in VOCABS
            for v in pair for h in (1024, 1280, 4096)]
     # attention-score masks, broadcast (the non-vectorized elementwise kernel) and not
     out += [Shape(op, (b * heads * s, s)) for op in ("addb", "add", "whereb", "softmax")
@@ -134,7 +135,7 @@ def alignment_plan() -> list[Shape]:
 # fp32 training GPU a held-out Linear's forecast / measured falls as K grows (P100: Linear(50272
 # -> 4096) on 65,536 rows 3.3x slower than Linear(4096 -> 50272); docs/predictor.md, "Open
 # causes"). Whether tensor-core kernels show it too says whether the term is general. Dims are
-# collect's (1, rows, out, in).
+# the shared CSVs' (1, rows, in, out).
 LONG_K = (1024, 4096, 16384, 32768, 50272, 65536)
 
 

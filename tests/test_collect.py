@@ -136,12 +136,14 @@ def test_zoo_linears_include_their_decode_steps():
     from tilecast.collect.shapes import DECODE_ROWS, zoo_shapes
 
     shapes = zoo_shapes("linear", [ZOO_DIR / "llama-3-8b.json"])
-    rows = {s.dims[1] for s in shapes if (s.dims[2], s.dims[3]) == (14336, 4096)}
+    # (B, M, N, K): Linear(N -> K) on M rows, here the MLP's up projection 4096 -> 14336
+    rows = {s.dims[1] for s in shapes if (s.dims[2], s.dims[3]) == (4096, 14336)}
     assert rows == set(DECODE_ROWS) | {512, 2048, 8 * 512, 8 * 2048}
     # Batched products: attention (32 heads of 128) and the projections as batch-1 "nn" GEMMs.
     bmm = zoo_shapes("bmm", [ZOO_DIR / "llama-3-8b.json"])
-    assert Shape("bmm", (32, 512, 512, 128)) in bmm
-    assert Shape("bmm", (1, 2048, 14336, 4096)) in bmm
+    assert Shape("bmm", (32, 512, 128, 512)) in bmm  # Q K^T: reduce over the head's 128
+    assert Shape("bmm", (32, 512, 512, 128)) in bmm  # P V: reduce over the 512 keys
+    assert Shape("bmm", (1, 2048, 14336, 4096)) in bmm  # the down projection, "nn"
     assert not any(s.dims[0] == 1 and s.dims[1] in DECODE_ROWS for s in bmm)
     assert all(s.dims[1] >= 512 for s in zoo_shapes("ln", [ZOO_DIR / "llama-3-8b.json"]))
 
@@ -211,13 +213,32 @@ cast,16,64
 """
 
 
+@pytest.mark.parametrize("op, dims, out_shape", [
+    # The shared CSVs' B, M, N, K: (B x M x N) @ (B x N x K), N the reduction (the launch
+    # grids of the shared data and of datasets/h100-sxm5-80gb say so): collect must measure
+    # that product, or every row it writes is read back with reduction and output swapped.
+    ("linear", (1, 3, 5, 7), (3, 7)),  # Linear(5 -> 7) on 3 rows
+    ("bmm", (2, 3, 5, 7), (2, 3, 7)),
+    ("bmmt", (2, 3, 5, 7), (2, 3, 7)),
+])
+def test_matmuls_are_measured_in_the_shared_csv_convention(op, dims, out_shape):
+    torch = pytest.importorskip("torch")
+    from tilecast.collect.ops import build
+    from tilecast.learned.dataset import matmul_dims_of_row
+
+    out = build(Shape(op, dims), "fp32", torch.device("cpu"))()
+    assert tuple(out.shape) == out_shape
+    b, m, n, k = matmul_dims_of_row(dict(zip("BMNK", map(str, dims), strict=True)))
+    assert (m, n) == out_shape[-2:] and k == dims[2]  # read back: output m x n, reduction k
+
+
 def test_layout_mask_and_cast_ops_compute_what_they_name():
     torch = pytest.importorskip("torch")
     from tilecast.collect.ops import build
 
     cpu = torch.device("cpu")
-    out = build(Shape("bmmt", (2, 3, 4, 5)), "fp32", cpu)()  # (2, 3 x 5) @ (2, 4 x 5)^T
-    assert out.shape == (2, 3, 4)
+    out = build(Shape("bmmt", (2, 3, 4, 5)), "fp32", cpu)()  # (2, 3 x 4) @ (2, 5 x 4)^T
+    assert out.shape == (2, 3, 5)
     assert build(Shape("cast", (4, 8)), "fp32", cpu)().dtype == torch.bfloat16
     assert build(Shape("cast", (4, 8)), "bf16", cpu)().dtype == torch.float32
     assert build(Shape("and", (4, 8)), "bool", cpu)().dtype == torch.bool
@@ -251,7 +272,7 @@ def test_zoo_plan_has_attention_layout_and_masks():
 
     llama = [ZOO_DIR / "llama-3-8b.json"]
     # Q K^T of 32 heads of 128 at 512 tokens, read transposed as eager attention does
-    assert Shape("bmmt", (32, 512, 512, 128)) in zoo_shapes("bmmt", llama)
+    assert Shape("bmmt", (32, 512, 128, 512)) in zoo_shapes("bmmt", llama)
     for op in MASK_OPS:  # the scores (32 heads x 512 tokens rows of 512); cast: hidden states
         want = Shape(op, (512, 4096)) if op == "cast" else Shape(op, (32 * 512, 512))
         assert want in zoo_shapes(op, llama)

@@ -49,3 +49,29 @@ def test_nchw_bf16_convs_pay_their_layout_transposes(groups) -> None:
     # without cuDNN's NCHW <-> NHWC transposes these convs were forecast 0.52x their time
     truth, tc, _ = groups[("conv", "bfloat16")]
     assert 0.65 < float(np.median(tc / truth)) < 1.3
+
+
+def test_collected_matmul_rows_follow_the_shared_csv_convention() -> None:
+    """``B, M, N, K`` in every CSV tilecast reads is (B x M x N) @ (B x N x K), N the
+    reduction (learned.dataset.matmul_dims_of_row). The evidence in this folder's own data:
+    the CUTLASS kernels cuBLAS falls back to for odd vocabularies launch one block per output
+    tile (rounded up by their swizzle of 8), and their grids tile an M x K output, never
+    M x N. Until stop 40 collect wrote these rows with N and K swapped."""
+    import csv
+    import re
+
+    path = DATA / "kernels" / "nvidia" / "train" / "linear" / "NVIDIA_H100_80GB_HBM3.csv"
+    with path.open(newline="") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["Kernel Name"].startswith("void cutlass")]
+    assert len(rows) >= 40
+
+    def tiled(r: dict, out: int) -> bool:
+        a, b = map(int, re.search(r"gemm_\w+?_(\d+)x(\d+)(?:_\d+x\d+)?_tn", r["Kernel Name"])
+                   .groups())
+        blocks, m = int(r["Grid x"]) * int(r["Grid y"]), int(r["M"])
+        return any(t <= blocks <= 1.1 * t + 64 for t in (-(-m // a) * -(-out // b),
+                                                          -(-m // b) * -(-out // a)))
+
+    assert all(tiled(r, int(r["K"])) for r in rows)
+    assert not any(tiled(r, int(r["N"])) for r in rows)
+

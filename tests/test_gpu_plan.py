@@ -30,5 +30,5 @@ def test_plans_hold_valid_shapes() -> None:
               *plan.decode_linears(), *plan.alignment_plan()]
     assert all(len(s.dims) == len(OP_DIMS[s.op]) for s in shapes)
     assert all(d > 0 for s in shapes for d in s.dims[:4])
-    heads = {s.dims[2] for s in plan.alignment_plan() if s.op == "linear"}
+    heads = {s.dims[3] for s in plan.alignment_plan() if s.op == "linear"}  # K: out features
     assert {50257, 50264, 30522, 30528} <= heads  # unaligned vocabularies and their twins

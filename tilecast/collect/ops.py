@@ -38,9 +38,9 @@ def _fp8_linear(shape: Shape, device) -> Callable[[], object]:
     if device.type != "cuda" or torch.cuda.get_device_capability(device) < (8, 9):
         raise ConfigError("fp8 kernels need a CUDA GPU with fp8 units (compute capability "
                           ">= 8.9)")
-    _, m, n, k = shape.dims
-    a = _rand((m, k), torch.float16, device).to(torch.float8_e4m3fn)
-    b = _rand((n, k), torch.float16, device).to(torch.float8_e4m3fn).t()  # column-major
+    _, m, n, k = shape.dims  # (m x n) @ (n x k): n is the reduction (shapes.py)
+    a = _rand((m, n), torch.float16, device).to(torch.float8_e4m3fn)
+    b = _rand((k, n), torch.float16, device).to(torch.float8_e4m3fn).t()  # column-major
     one = torch.ones((), device=device)
     return lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
 
@@ -78,16 +78,17 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         return _fp8_linear(shape, device)
     dt = TORCH_DTYPES[dtype]
     d = shape.named
+    # The shared CSVs' convention (shapes.py): (B x M x N) @ (B x N x K), N the reduction.
     if shape.op == "bmm":
-        a, b = _rand((d["B"], d["M"], d["K"]), dt, device), _rand((d["B"], d["K"], d["N"]),
+        a, b = _rand((d["B"], d["M"], d["N"]), dt, device), _rand((d["B"], d["N"], d["K"]),
                                                                   dt, device)
         return lambda: torch.bmm(a, b)
-    if shape.op == "bmmt":  # attention's Q K^T: K stored (B, N, K), read transposed
-        a, bt = _rand((d["B"], d["M"], d["K"]), dt, device), _rand((d["B"], d["N"], d["K"]),
+    if shape.op == "bmmt":  # attention's Q K^T: K stored (B, K, N), read transposed
+        a, bt = _rand((d["B"], d["M"], d["N"]), dt, device), _rand((d["B"], d["K"], d["N"]),
                                                                    dt, device)
         return lambda: torch.bmm(a, bt.transpose(1, 2))
-    if shape.op == "linear":
-        x, w = _rand((d["M"], d["K"]), dt, device), _rand((d["N"], d["K"]), dt, device)
+    if shape.op == "linear":  # Linear(N -> K) on M rows: the weight is stored (K, N)
+        x, w = _rand((d["M"], d["N"]), dt, device), _rand((d["K"], d["N"]), dt, device)
         return lambda: F.linear(x, w)
     if shape.op == "conv":
         return _conv(d, dt, device)

@@ -1,7 +1,9 @@
 """What ``tilecast collect`` measures: op names, their dims, default shape grid, shapes files.
 
 Op names and dims follow the shared dataset's CSVs (``kernels/nvidia/train/<op>/<GPU>.csv``):
-bmm/linear ``B, M, N, K`` (linear: B=1, an (M x K) x (K x N) product); elementwise, softmax and
+bmm/linear ``B, M, N, K``: ``(B x M x N) @ (B x N x K)``, N the reduction and the output M x K
+(linear: B=1, ``Linear(N -> K)`` on M rows; the recorded launch grids are the evidence,
+``learned.dataset.matmul_dims_of_row``); elementwise, softmax and
 layer norm ``B, H`` (B rows of H elements); fused attention ``sdpa`` ``B, Heads, Seq,
 Head_Dim, Causal`` (PyTorch's scaled_dot_product_attention, self-attention); conv ``B,
 Input_Channel, Output_Channel, Kernel_Szie, Input_Size, Stride, Padding`` (the dataset's
@@ -207,6 +209,11 @@ def _config_sizes(cfg: dict) -> tuple[int, int, int] | None:
 DECODE_ROWS = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
+def _projections(h: int, ffn: int) -> tuple[tuple[int, int], ...]:
+    """(in, out) features of a transformer layer's linears: fused QKV, output, MLP up, down."""
+    return (h, 3 * h), (h, h), (h, ffn), (ffn, h)
+
+
 def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -> list[Shape]:
     """The kernels of transformer layers of the given configs (linear, attention, rows), and
     for linears their decode steps too (``DECODE_ROWS`` rows). ``bmm`` also gets the linears'
@@ -221,22 +228,20 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
             continue
         h, heads, ffn = sizes
         if op == "linear":
-            out += [Shape(op, (1, m, n, k)) for m in DECODE_ROWS
-                    for n, k in ((3 * h, h), (h, h), (ffn, h), (h, ffn))]
+            out += [Shape(op, (1, m, i, o)) for m in DECODE_ROWS for i, o in _projections(h, ffn)]
         for b in batches:
             for s in seqs:
                 t = b * s
                 out += {
-                    "linear": [Shape(op, (1, t, n, k)) for n, k in
-                               ((3 * h, h), (h, h), (ffn, h), (h, ffn))],
+                    "linear": [Shape(op, (1, t, i, o)) for i, o in _projections(h, ffn)],
                     # causal (decoders) and not (encoders), whichever the model is
                     "sdpa": [Shape(op, (b, heads, s, h // heads, c)) for c in (1, 0)],
-                    "bmm": [Shape(op, (b * heads, s, s, h // heads)),
-                            Shape(op, (b * heads, s, h // heads, s)),
-                            *(Shape(op, (1, t, n, k)) for n, k in
-                              ((3 * h, h), (h, h), (ffn, h), (h, ffn)))],
+                    # Q K^T (reduce over the head) and P V (reduce over the keys)
+                    "bmm": [Shape(op, (b * heads, s, h // heads, s)),
+                            Shape(op, (b * heads, s, s, h // heads)),
+                            *(Shape(op, (1, t, i, o)) for i, o in _projections(h, ffn))],
                     # Q K^T as eager attention runs it (the "bmm" row above is its "nn" twin)
-                    "bmmt": [Shape(op, (b * heads, s, s, h // heads))],
+                    "bmmt": [Shape(op, (b * heads, s, h // heads, s))],
                     "softmax": [Shape(op, (b * heads * s, s))],
                     "ln": [Shape(op, (t, h))],
                     # the masks act on the attention scores; a cast on the hidden states
