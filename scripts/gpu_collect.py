@@ -269,6 +269,9 @@ def main() -> None:
                                  60 * s, dev),
         "alignment": lambda: kernels(a.out, "alignment bf16", alignment_plan(), ("bf16", "fp16"),
                                      60 * s, dev),
+        # the repeat's 380 H100 shapes on another GPU: a paired comparison across GPUs
+        "paired": lambda: kernels(a.out, "paired with the H100", repeat_plan(
+            ROOT / "datasets" / "h100-sxm5-80gb"), ("bf16",), 60 * s, dev),
         "gputime": lambda: kernels(a.out.with_name(a.out.name + "-gputime"), "gpu time bf16",
                                    repeat_plan(a.out), ("bf16",), 50 * s, dev),
         "repeat": lambda: kernels(a.out.with_name(a.out.name + "-repeat"), "repeat bf16",
