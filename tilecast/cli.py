@@ -261,7 +261,8 @@ def export(model: str | None, show_list: bool, batch: int | None, seq: int | Non
 @click.option("--dtype", "dtypes", default="fp32", show_default=True,
               help="Comma-separated: fp32, tf32, fp16, bf16, fp8.")
 @click.option("--shapes", default="default", show_default=True,
-              help="default (sampled grid + zoo model shapes) or a CSV file of op,d1,d2,...")
+              help="default (sampled grid + zoo model shapes) or a CSV file of op,d1,d2,... "
+                   "in the shared CSVs' dims (linear,1,M,N,K is Linear(N -> K) on M rows).")
 @click.option("--per-op", default=200, show_default=True, type=click.IntRange(min=1),
               help="Default grid: shapes sampled per op.")
 @click.option("--repeats", default=25, show_default=True, type=click.IntRange(min=1))
