@@ -217,11 +217,14 @@ def test_labels_carry_the_math_mode_an_fp32_model_ran_with(tmp_path):
            {"e2e_latency": 9.0, "dtype": "bfloat16", "math": "amp-bf16"})
     _label(labels, "NVIDIA_L4", "gpt2_large-inf-1024-16.json",
            {"e2e_latency": 9.0, "math": "fp8"})
+    _label(labels, "Tesla_T4", "gpt2_large-inf-1024-4.json",
+           {"e2e_latency": 9.0, "math": "amp-bf16"})  # autocast refuses bf16 on a T4
     (found,), skipped = discover_labels(labels, models)
     assert (found.batch, found.dtype, found.math) == (4, "float32", "amp-bf16")
     reasons = sorted(s.reason for s in skipped)
-    assert reasons[0].startswith("math amp-bf16 applies to a float32 model, not bfloat16")
-    assert reasons[1].startswith("math must be one of graph, tf32, amp-fp16, amp-bf16, got 'fp8'")
+    assert reasons[0].startswith("--math amp-bf16: Tesla T4 (turing) has no bfloat16 tensor")
+    assert reasons[1].startswith("math amp-bf16 applies to a float32 model, not bfloat16")
+    assert reasons[2].startswith("math must be one of graph, tf32, amp-fp16, amp-bf16, got 'fp8'")
 
 
 def test_an_autocast_label_is_forecast_under_its_math_mode(tmp_path, monkeypatch):

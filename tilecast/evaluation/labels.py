@@ -17,10 +17,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..analyzer.mathmode import MATH_MODES
+from ..analyzer.mathmode import MATH_MODES, check_math
 from ..analyzer.runtime import RUNTIMES
 from ..device_db import Device, load_device
-from ..errors import DeviceError
+from ..errors import DeviceError, TilecastError
 from ..exporters.hf import ATTNS, TASK_AUTO_CLASSES
 
 NAME = re.compile(r"^(?P<model>.+?)-(?P<mode>inf|train)-(?P<seq>\d+)-(?P<batch>\d+)"
@@ -121,6 +121,10 @@ def _parse(path: Path, root: Path, models: Path) -> Label:
     if not config.is_file():
         raise ValueError(f"no model config {config.name} in {models}")
     ms, dtype, runtime, task, attn, math_mode = _measured(path)
+    try:  # a mode the GPU cannot run (bf16 autocast on a T4) cannot have been measured there
+        check_math(math_mode, device)
+    except TilecastError as exc:
+        raise ValueError(str(exc)) from None
     return Label(path, path.parent.name, device, stem, config, MODES[m["mode"]],
                  int(m["seq"]), int(m["batch"]), variant, ms, dtype, runtime, task, attn,
                  math_mode)
