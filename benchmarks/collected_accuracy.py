@@ -20,12 +20,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tilecast.analyzer.forecast import ROW_ALIGN_BYTES  # noqa: E402
+from tilecast.analyzer.forecast import misaligned_gemm  # noqa: E402
 from tilecast.analyzer.predictor import RooflinePredictor  # noqa: E402
 from tilecast.learned import conv_data as cd  # noqa: E402
 from tilecast.learned import conv_eval as ce  # noqa: E402
 from tilecast.learned.dataset import KernelSamples, read_csv  # noqa: E402
-from tilecast.learned.evaluate import predict_by_device, report_family  # noqa: E402
+from tilecast.learned.evaluate import predict_by_device, report_family, to_kernels  # noqa: E402
 from tilecast.learned.predictor import OnnxPredictor  # noqa: E402
 from tilecast.learned.prepare import default_lookup  # noqa: E402
 
@@ -96,9 +96,8 @@ def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
         fam = report_family(s.op)
         tc, rf = predict_by_device(learned, s, default_lookup), predict_by_device(roof, s)
         # GEMMs whose rows are no multiple of 16 bytes run cuBLAS's unvectorized fallbacks,
-        # which tilecast flags (analyzer.forecast.misaligned_gemm) and does not model: apart.
-        per_row = np.floor(ROW_ALIGN_BYTES / s.itemsize).astype(np.int64)
-        unaligned = (s.itemsize < 4) & ((s.n % per_row != 0) | (s.k % per_row != 0))
+        # which tilecast flags and does not model: shown apart.
+        unaligned = np.array([misaligned_gemm(k) for k in to_kernels(s)], dtype=bool)
         for f in ("matmul", "linear", "elementwise", "softmax", "layernorm"):
             for dt in sorted(set(s.dtype.tolist())):
                 for name, rows in ((f, ~unaligned), (f"{f} unaligned", unaligned)):

@@ -112,10 +112,32 @@ def _kernels(prof) -> list[dict]:
              "block": "x".join(map(str, e.get("args", {}).get("block", [])))} for e in ks]
 
 
-def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
-          layers: int | None = None) -> None:
+def _profile(run, path: Path, label: str, unit: str) -> None:
+    """Warm ``run`` up, time 10 calls on the wall clock, profile one, write its kernels to
+    ``path`` and print their GPU busy time and span beside the wall time per call."""
     from torch.profiler import ProfilerActivity, profile
 
+    for _ in range(5):
+        run()
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(10):
+        run()
+    torch.cuda.synchronize()
+    wall_ms = (time.perf_counter() - t) * 100
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    ks = _kernels(prof)
+    busy = sum(k["dur_us"] for k in ks) / 1e3
+    span = max((k["start_us"] + k["dur_us"] for k in ks), default=0) / 1e3
+    _write(path, ks)
+    print(f"trace {label}: {len(ks)} kernels, busy {busy:.3f} ms, span {span:.3f} ms, "
+          f"wall {wall_ms:.3f} ms per {unit}", flush=True)
+
+
+def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
+          layers: int | None = None) -> None:
     from tilecast.exporters.api import build_module
 
     built = build_module(model, batch=batch, seq=seq, dtype="bfloat16", layers=layers,
@@ -131,55 +153,22 @@ def trace(out: Path, model: str, batch: int, seq: int | None, runtime: str, dev,
         from tilecast.collect.labels import _graph_replay
 
         run = _graph_replay(forward, dev)
-    for _ in range(5):
-        run()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(10):
-        run()
-    torch.cuda.synchronize()
-    wall_ms = (time.perf_counter() - t) * 100
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        run()
-        torch.cuda.synchronize()
-    ks = _kernels(prof)
-    busy = sum(k["dur_us"] for k in ks) / 1e3
-    span = max((k["start_us"] + k["dur_us"] for k in ks), default=0) / 1e3
-    name = f"trace-{model}-{runtime}-b{batch}.csv"
-    _write(out / name, ks)
-    print(f"trace {model} {runtime} b{batch}: {len(ks)} kernels, busy {busy:.3f} ms, "
-          f"span {span:.3f} ms, wall {wall_ms:.3f} ms per forward", flush=True)
+    _profile(run, out / f"trace-{model}-{runtime}-b{batch}.csv",
+             f"{model} {runtime} b{batch}", "forward")
 
 
 def trace_amp_step(out: Path, model: str, batch: int, seq: int | None, dev,
                    math: str = "amp-bf16") -> None:
     """One training step of the fp32 model under autocast, as `collect-labels --math` times
     it: its kernels, and how much of the step's wall time the GPU is busy."""
-    from torch.profiler import ProfilerActivity, profile
-
     from tilecast.collect.labels import _timers, math_mode
     from tilecast.exporters.api import build_module
 
     built = build_module(model, batch=batch, seq=seq, dtype="float32", device=str(dev))
     with math_mode(math):
         _, step = _timers(built.module, dict(built.inputs), "training", "eager", dev, math)
-        for _ in range(5):
-            step()
-        torch.cuda.synchronize()
-        t = time.perf_counter()
-        for _ in range(10):
-            step()
-        torch.cuda.synchronize()
-        wall_ms = (time.perf_counter() - t) * 100
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            step()
-            torch.cuda.synchronize()
-    ks = _kernels(prof)
-    busy = sum(k["dur_us"] for k in ks) / 1e3
-    span = max((k["start_us"] + k["dur_us"] for k in ks), default=0) / 1e3
-    _write(out / f"trace-{model}-{math}-train-b{batch}.csv", ks)
-    print(f"trace {model} {math} training b{batch}: {len(ks)} kernels, busy {busy:.3f} ms, "
-          f"span {span:.3f} ms, wall {wall_ms:.3f} ms per step", flush=True)
+        _profile(step, out / f"trace-{model}-{math}-train-b{batch}.csv",
+                 f"{model} {math} training b{batch}", "step")
 
 
 AMP_STEPS = (("bert-large", 8, 512), ("bert-large", 1, 512), ("resnet-50", 128, None),

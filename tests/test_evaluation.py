@@ -173,22 +173,16 @@ def test_labels_carry_their_dtype_and_runtime(tmp_path):
     assert reasons[1].startswith("runtime must be one of eager, graph, cudagraph, got 'xla'")
 
 
-def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeypatch):
+def _exported_as(tmp_path: Path, monkeypatch, text: str) -> tuple[Path, Path, dict]:
+    """(graph, config, the export's keyword arguments): every export of a label's model
+    writes the tiny ONNX ``text`` instead, and records what it was asked for."""
     import onnx.parser
 
     import tilecast.exporters
-    from tilecast import analyze
-    from tilecast.device_db import load_device
-    from tilecast.evaluation import runner
-    from tilecast.evaluation.labels import Label
 
     graph = tmp_path / "tiny.onnx"
-    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
-        g (float16[8, 64] x, float16[64, 64] w) => (float16[8, 64] y) {
-            h = MatMul(x, w)
-            y = Relu(h)
-        }"""), graph)
-    asked = {}
+    onnx.save(onnx.parser.parse_model(text), graph)
+    asked: dict = {}
 
     def fake_export(config, *, output, **kw):
         asked.update(kw, output=Path(output).name)
@@ -197,6 +191,21 @@ def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeyp
     monkeypatch.setattr(tilecast.exporters, "export_model", fake_export)
     config = tmp_path / "tiny.json"
     config.write_text('{"model_type": "gpt2"}')
+    return graph, config, asked
+
+
+def test_a_bf16_graph_label_is_exported_and_forecast_as_it_ran(tmp_path, monkeypatch):
+    from tilecast import analyze
+    from tilecast.device_db import load_device
+    from tilecast.evaluation import runner
+    from tilecast.evaluation.labels import Label
+
+    graph, config, asked = _exported_as(tmp_path, monkeypatch, """
+        <ir_version: 8, opset_import: ["" : 17]>
+        g (float16[8, 64] x, float16[64, 64] w) => (float16[8, 64] y) {
+            h = MatMul(x, w)
+            y = Relu(h)
+        }""")
     label = Label(tmp_path / "x.json", "NVIDIA_L4", load_device("l4"), "tiny", config,
                   "inference", 64, 8, "plain", 1.0, "bfloat16", "graph")
     f = runner.forecast_label(label, "roofline", tmp_path / "cache")
@@ -228,29 +237,22 @@ def test_labels_carry_the_math_mode_an_fp32_model_ran_with(tmp_path):
 
 
 def test_an_autocast_label_is_forecast_under_its_math_mode(tmp_path, monkeypatch):
-    import onnx.parser
-
-    import tilecast.exporters
     from tilecast import analyze
     from tilecast.device_db import load_device
     from tilecast.evaluation import runner
     from tilecast.evaluation.labels import Label
 
-    graph = tmp_path / "tiny.onnx"
-    onnx.save(onnx.parser.parse_model("""<ir_version: 8, opset_import: ["" : 17]>
+    graph, config, asked = _exported_as(tmp_path, monkeypatch, """
+        <ir_version: 8, opset_import: ["" : 17]>
         g (float[256, 512] x, float[512, 512] w) => (float[256, 512] y) {
             h = MatMul(x, w)
             y = Softmax(h)
-        }"""), graph)
-    monkeypatch.setattr(tilecast.exporters, "export_model",
-                        lambda config, *, output, **kw: Path(output).write_bytes(
-                            graph.read_bytes()))
-    config = tmp_path / "tiny.json"
-    config.write_text('{"model_type": "gpt2"}')
+        }""")
     label = Label(tmp_path / "x.json", "NVIDIA_A100-SXM4-40GB", load_device("a100-sxm4-40gb"),
                   "tiny", config, "inference", 64, 256, "plain", 1.0, math="amp-bf16")
     f = runner.forecast_label(label, "roofline", tmp_path / "cache")
     amp = analyze(graph, "a100-sxm4-40gb", predictor="roofline", math="amp-bf16")
+    assert asked["dtype"] == "float32"  # the fp32 model is exported; the math is the forecast's
     assert f.total_ms == amp.total_ms
     assert f.total_ms != analyze(graph, "a100-sxm4-40gb", predictor="roofline").total_ms
 
