@@ -123,6 +123,16 @@ def test_list_devices_sorted_by_vendor_then_name() -> None:
     assert {d.vendor for d in devices} == {"nvidia", "amd"}
 
 
+def test_devices_table_keeps_every_name_apart_from_its_vendor() -> None:
+    # The longest name ("AMD Instinct MI250 (package, 2 GCDs)") once ran into the vendor column.
+    from tilecast.device_db.report import render_devices
+
+    rows = render_devices("table").splitlines()[1:-1]
+    for device, row in zip(list_devices(), rows, strict=True):
+        assert row.split("  ")[0] == device.name
+        assert row[len(device.name):].split()[0] == device.vendor
+
+
 def test_names_unique_and_aliases_do_not_collide() -> None:
     owner: dict[str, str] = {}
     for device in list_devices():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -239,6 +241,39 @@ def test_tile_table_schema_is_checked() -> None:
 
     with pytest.raises(PredictorError, match="schema"):
         tl.parse_tile_table({"schema": 999, "tree_features": list(tl.TREE_FEATURES)}, "x")
+
+
+def _ranged(tree: tl.TileTree, lo: list[float], hi: list[float]) -> tl.TileTree:
+    return dataclasses.replace(tree, x_lo=np.array(lo), x_hi=np.array(hi))
+
+
+def test_tile_table_keeps_each_trees_input_range_and_reads_a_table_without_it() -> None:
+    table = _one_split_table(1, 9.0, ("64x64", "128x128"))
+    lo, hi = [0.0, 9.0, 9.0, 9.0, 6.0, -2.0], [0.0, 16.0, 16.0, 16.0, 7.0, 11.0]
+    ranged = tl.TileTable({k: _ranged(t, lo, hi) for k, t in table.trees.items()}, {})
+    back = tl.parse_tile_table(ranged.to_json(), "x")
+    assert list(back.trees["ampere/tn"].x_lo) == lo and list(back.trees["ampere/tn"].x_hi) == hi
+    old = table.to_json() | {"schema": 2}  # no x_lo / x_hi: every row counts as evidenced
+    assert tl.parse_tile_table(old, "x").trees["ampere/tn"].x_lo is None
+    assert not tl.parse_tile_table(old, "x").below_evidence(
+        "ampere", np.array(["tn"], dtype=object), np.ones(1), np.array([4.0])).any()
+
+
+# Trained linears start at 2^9 = 512 rows, batched products at a batch of 2^3 = 8: a linear
+# of 511 rows and a product of batch 7 lie below; 512 rows, batch 8 and more do not.
+@pytest.mark.parametrize(("layout", "b", "m", "below"), [
+    ("tn", 1, 511, True), ("tn", 1, 512, False), ("tn", 1, 65536, False),
+    ("nn", 7, 4096, True), ("nn", 8, 16, False),
+])
+def test_rows_below_the_measured_batch_dimension_are_found(layout: str, b: int, m: int,
+                                                           below: bool) -> None:
+    table = _one_split_table(1, 9.0, ("64x64", "128x128"))
+    lo, hi = [3.0, 9.0, 0.0, 0.0, 6.0, -9.0], [16.0] * 6
+    lo_tn = [0.0, *lo[1:]]  # a linear layer's batch is 1: its rows are the batch dimension
+    trees = {k: _ranged(t, lo_tn if "tn" in k else lo, hi) for k, t in table.trees.items()}
+    got = tl.TileTable(trees, {}).below_evidence("ampere", np.array([layout], dtype=object),
+                                                 np.array([b]), np.array([m]))
+    assert got[0] == below
 
 
 # blocks = b * ceil(n / tm) * ceil(m / tn) against 108 SMs (A100): the largest tile with at

@@ -275,6 +275,33 @@ def test_tensor_core_gemm_takes_the_tensor_core_tile_family() -> None:
     assert 0.5 * peak < tflops <= peak
 
 
+def _fp32_linear(rows: int, reduction: int, out: int):
+    from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
+
+    cost = OpCost("matmul", 2 * rows * reduction * out,
+                  4 * (rows * reduction + reduction * out + rows * out), "float32", "matrix",
+                  matmul=MatmulDims(1, rows, out, reduction, weight_b=True),
+                  elements=rows * out)
+    return Kernel("fc", ("fc",), "Gemm", cost)
+
+
+@pytest.mark.parametrize("device", ["mi100", "mi210", "mi300x"])
+def test_amd_linears_below_the_measured_rows_take_the_fastest_candidate(device: str) -> None:
+    """The AMD linears measured start at 512 rows; the cdna tree's pick below that is its
+    leftmost leaf (128 x 160 on the MI100 and MI300X: 7 unsplit tiles for 64 x Linear(16384 ->
+    1024), 2.28 and 1.55 ms, as slow as 512 rows). Such rows take the fastest candidate, the
+    measured sizes' picks among them, and say they are extrapolated. An eighth of the work then
+    takes at most half the time (the weight's 64 MB are read either way)."""
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    dev = load_device(device)
+    small, measured = default_predictor().predict(
+        [_fp32_linear(64, 16384, 1024), _fp32_linear(512, 16384, 1024)], dev)
+    assert small.extrapolated
+    assert small.latency_ms <= 0.5 * measured.latency_ms
+
+
 @pytest.mark.parametrize(("device", "tile"), [("mi210", "1x1024"), ("a100-pcie-40gb", "1x256")])
 def test_softmax_tile_shows_the_vendor_block(device: str, tile: str) -> None:
     """A 1600-column softmax row runs one block per row: 1024 threads under ROCm, 256 under

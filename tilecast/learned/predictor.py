@@ -293,8 +293,11 @@ class OnnxPredictor:
         # cuBLAS SIMT kernels take the fastest candidate. Tensor-core kernels (none in the
         # data: cuBLAS's tile family) and Tensile's keep one pick per part: on the MI100 and
         # MI210, the candidates made held-out Linears worse (10.5 -> 11.8 %, 12.6 -> 15.3).
+        # Below the batch dimensions Tensile was measured at, its tree's pick is no evidence,
+        # so those take the fastest candidate too, the picks of the measured sizes among them.
         own = np.arange(len(row)) < len(p.kernel)
-        keep = own | ((dc.tensor_core[row] == 0) & (dc.amd[row] == 0))
+        guessed = self.tile_table.below_evidence(device.arch, p.layout, p.b, p.m)
+        keep = own | ((dc.tensor_core[row] == 0) & ((dc.amd[row] == 0) | guessed[row]))
         row, tile, split = row[keep], tile[keep], split[keep]
         p = _take(p, row)
         dc = ft.device_columns([device], np.zeros(len(row), dtype=np.int64), p.dtype, p.unit)
@@ -323,6 +326,10 @@ class OnnxPredictor:
             outside = ((f.x < lo - span) | (f.x > hi + span)).any(axis=1)
             p = routed.parts[fam]
             np.logical_or.at(out, p.kernel, outside & ~p.bytewise)
+        mm = routed.parts.get("matmul")
+        if isinstance(mm, Parts) and len(mm.kernel):  # a tile the measured sizes never chose
+            guessed = self.tile_table.below_evidence(device.arch, mm.layout, mm.b, mm.m)
+            np.logical_or.at(out, mm.kernel, guessed)
         return out
 
 

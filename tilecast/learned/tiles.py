@@ -24,7 +24,10 @@ import numpy as np
 from ..errors import PredictorError
 
 TILE_TABLE_PATH = Path(__file__).parent / "artifacts" / "tile_table.json"
-TILE_TABLE_SCHEMA = 2  # 2: split-K trees ("<family>/<layout>/split")
+# 2: split-K trees ("<family>/<layout>/split"); 3: each tree records the range of tree inputs
+# it was fit on (``TileTree.x_lo`` / ``x_hi``). A schema-2 table still loads, without ranges.
+TILE_TABLE_SCHEMA = 3
+_READABLE_SCHEMAS = (2, 3)
 REGENERATE = (
     "tilecast train --data ../shared/datasets/neusight-asplos25 -o tilecast/learned/artifacts")
 
@@ -72,6 +75,10 @@ class TileTree:
     right: np.ndarray
     leaf_tile: np.ndarray  # int index into tiles (valid at leaves)
     tiles: tuple[str, ...]
+    # Smallest and largest value of each tree input over the rows it was fit on (None in a
+    # schema-2 table): outside them a leaf's pick is a guess, not something that ran.
+    x_lo: np.ndarray | None = None
+    x_hi: np.ndarray | None = None
 
     def predict(self, x: np.ndarray) -> np.ndarray:
         """Tile strings for each row of ``x``."""
@@ -94,7 +101,9 @@ class TileTree:
     def to_json(self) -> dict:
         return {"feature": self.feature.tolist(), "threshold": self.threshold.tolist(),
                 "left": self.left.tolist(), "right": self.right.tolist(),
-                "leaf_tile": self.leaf_tile.tolist(), "tiles": list(self.tiles)}
+                "leaf_tile": self.leaf_tile.tolist(), "tiles": list(self.tiles),
+                **({} if self.x_lo is None or self.x_hi is None else
+                   {"x_lo": self.x_lo.tolist(), "x_hi": self.x_hi.tolist()})}
 
     @staticmethod
     def from_json(d: dict) -> TileTree:
@@ -102,7 +111,9 @@ class TileTree:
                         np.asarray(d["threshold"], dtype=np.float64),
                         np.asarray(d["left"], dtype=np.int64),
                         np.asarray(d["right"], dtype=np.int64),
-                        np.asarray(d["leaf_tile"], dtype=np.int64), tuple(d["tiles"]))
+                        np.asarray(d["leaf_tile"], dtype=np.int64), tuple(d["tiles"]),
+                        *(np.asarray(d[key], dtype=np.float64).reshape(len(TREE_FEATURES))
+                          if key in d else None for key in ("x_lo", "x_hi")))
 
 
 SPLIT = "split"  # suffix of the split-K trees' keys
@@ -155,6 +166,22 @@ class TileTable:
                 splits += split_tree.tiles
         return (tile, split, np.asarray(tiles, dtype=object),
                 np.asarray(splits or ["1"], dtype=np.float64))
+
+    def below_evidence(self, arch: str, layout: np.ndarray, b: np.ndarray,
+                       m: np.ndarray) -> np.ndarray:
+        """Rows whose batch dimension (a batched product's batch, a linear layer's rows) lies
+        below every shape the arch family's tile tree was fit on. There the tree's pick is
+        its leftmost leaf's, learned from larger problems: a guess. The AMD linears measured
+        start at 512 rows, so a 64-row fp32 GEMM on an MI100 was costed on a 128 x 160 tile
+        without a split, 7 tiles for 120 CUs walking a reduction of 16,384."""
+        out = np.zeros(len(layout), dtype=bool)
+        for lay, feature, dim in (("nn", "log2_b", b), ("tn", "log2_m", m)):
+            mask = layout == lay
+            lo = self.tree_for(arch, lay).x_lo if mask.any() else None
+            if lo is not None:
+                log_dim = np.log2(np.maximum(np.asarray(dim, dtype=np.float64)[mask], 1.0))
+                out[mask] = log_dim < lo[TREE_FEATURES.index(feature)]
+        return out
 
     def candidates(self, arch: str, layout: np.ndarray, b: np.ndarray, m: np.ndarray,
                    n: np.ndarray, k: np.ndarray, sms: np.ndarray,
@@ -256,9 +283,11 @@ def load_tile_table(path: Path | None = None) -> TileTable:
 
 def parse_tile_table(d: dict, origin: str) -> TileTable:
     """Validate and build a tile table from its JSON form."""
-    if d.get("schema") != TILE_TABLE_SCHEMA or tuple(d.get("tree_features", ())) != TREE_FEATURES:
+    if (d.get("schema") not in _READABLE_SCHEMAS
+            or tuple(d.get("tree_features", ())) != TREE_FEATURES):
+        readable = ", ".join(map(str, _READABLE_SCHEMAS))
         raise PredictorError(f"tile table {origin} has schema {d.get('schema')!r}, "
-                             f"expected {TILE_TABLE_SCHEMA}; regenerate it: {REGENERATE}")
+                             f"expected one of {readable}; regenerate it: {REGENERATE}")
     try:
         return TileTable({k: TileTree.from_json(v) for k, v in d["trees"].items()},
                          d.get("observed", {}))
@@ -359,6 +388,7 @@ def split_tiles(tiles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fit_tree(x: np.ndarray, labels: np.ndarray, seed: int) -> TileTree:
+    """A depth-10 tree from ``x`` to ``labels`` (scikit-learn), with the range of ``x``."""
     from sklearn.tree import DecisionTreeClassifier
 
     names = tuple(sorted(set(labels.tolist())))
@@ -370,7 +400,7 @@ def _fit_tree(x: np.ndarray, labels: np.ndarray, seed: int) -> TileTree:
     return TileTree(np.where(t.children_left >= 0, t.feature, -1).astype(np.int64),
                     t.threshold.astype(np.float64), t.children_left.astype(np.int64),
                     t.children_right.astype(np.int64), clf.classes_[leaf].astype(np.int64),
-                    names)
+                    names, x.min(axis=0), x.max(axis=0))
 
 
 def fit_tile_table(kind: np.ndarray, layout: np.ndarray, x: np.ndarray, tiles: np.ndarray,
