@@ -219,7 +219,7 @@ def test_a_larger_batch_has_no_candidate_the_smaller_lacks(m: int, k: int) -> No
     from tilecast.learned.predictor import default_predictor
 
     table = default_predictor().tile_table
-    for arch in ("maxwell", "volta", "ampere"):
+    for arch in ("maxwell", "volta", "ampere", "cdna2"):  # cdna: below 512 rows, filling splits
         got = {}
         for rows in (m, 2 * m):
             _, tile, split = table.candidates(arch, np.array(["tn"], dtype=object), np.ones(1),
@@ -274,6 +274,37 @@ def test_rows_below_the_measured_batch_dimension_are_found(layout: str, b: int, 
     got = tl.TileTable(trees, {}).below_evidence("ampere", np.array([layout], dtype=object),
                                                  np.array([b]), np.array([m]))
     assert got[0] == below
+
+
+# The fewest slices for one block per SM, each slice at least 64 long:
+#   (tile "64x32": 64 across the n output columns, 32 down the m rows)
+#   1 tile (32 x 16 output) on 304 SMs, K = 802,816: ceil(304 / 1) = 304
+#   30 tiles (960 rows) on 304 SMs: ceil(304 / 30) = 11;  K = 200 caps it at floor(200 / 64) = 3
+#   400 tiles on 108 SMs: 1 (already a wave)
+@pytest.mark.parametrize(("m", "n", "k", "sms", "want"), [
+    (32, 16, 802816, 304, 304.0), (960, 16, 200704, 304, 11.0), (960, 16, 200, 304, 3.0),
+    (12800, 64, 4096, 108, 1.0),
+])
+def test_filling_split_table(m: int, n: int, k: int, sms: int, want: float) -> None:
+    got = tl.filling_split(np.ones(1), np.array([m]), np.array([n]), np.array([k]),
+                           np.array([sms]), np.array(["64x32"], dtype=object))
+    assert got[0] == want
+
+
+def test_only_guessed_rows_get_a_filling_split() -> None:
+    # Trees fit on 512+ rows that never split: a 64-row linear (below) also gets 64x64 with
+    # the split that fills 108 SMs, ceil(108 / 1) = 108 (64 x 64 output: one tile); a
+    # 1024-row one (16 tiles) keeps its own pick only.
+    table = _one_split_table(1, 9.0, ("64x64", "128x128"))
+    lo, hi = [0.0, 9.0, 0.0, 0.0, 0.0, -9.0], [16.0] * 6
+    table = tl.TileTable({k: _ranged(t, lo, hi) for k, t in table.trees.items()}, {})
+    tn = np.array(["tn"], dtype=object)
+    row, tile, split = table.candidates("ampere", tn, np.ones(1), np.array([64]),
+                                        np.array([64]), np.array([65536]), np.array([108]))
+    assert ("64x64", 108.0) in set(zip(tile.tolist(), split.tolist(), strict=True))
+    _, _, split = table.candidates("ampere", tn, np.ones(1), np.array([1024]), np.array([64]),
+                                   np.array([65536]), np.array([108]))
+    assert set(split.tolist()) == {1.0}
 
 
 # blocks = b * ceil(n / tm) * ceil(m / tn) against 108 SMs (A100): the largest tile with at

@@ -302,6 +302,24 @@ def test_amd_linears_below_the_measured_rows_take_the_fastest_candidate(device: 
     assert small.latency_ms <= 0.5 * measured.latency_ms
 
 
+@pytest.mark.parametrize("device", ["mi100", "mi210", "mi300x"])
+def test_a_one_tile_gemm_with_a_long_reduction_splits_it(device: str) -> None:
+    """MobileNetV3's stem weight gradient at batch 64: 16 x 27 outputs, a reduction of 64 x
+    112 x 112 = 802,816. Below the measured rows, the AMD candidates were unsplit or split 3
+    (the most Tensile's measured GSU goes is 5): one or three CUs walking the reduction, 5.5
+    ms on the MI300X, 212x its roofline, and training steps 10x their inference. With the
+    split that gives every CU a block (``tiles.filling_split``) it stays within 5x."""
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    dev = load_device(device)
+    kernel = _fp32_linear(16, 802816, 27)
+    pred = default_predictor().predict([kernel], dev)[0]
+    roofline_ms = max(kernel.cost.flops / (dev.peak_tflops("float32", "matrix") * 1e9),
+                      kernel.cost.bytes / (dev.mem_bandwidth_gbps * 1e6))
+    assert pred.latency_ms <= 5 * roofline_ms, (pred, roofline_ms)
+
+
 @pytest.mark.parametrize(("device", "tile"), [("mi210", "1x1024"), ("a100-pcie-40gb", "1x256")])
 def test_softmax_tile_shows_the_vendor_block(device: str, tile: str) -> None:
     """A 1600-column softmax row runs one block per row: 1024 threads under ROCm, 256 under

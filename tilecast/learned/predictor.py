@@ -238,14 +238,22 @@ class OnnxPredictor:
                       device: Device) -> np.ndarray | None:
         """Rows of the matmul family on matrix units in a dtype with no training data, on a
         GPU with a sourced sustained fraction (``tensor_core.py``); None when there are none."""
-        if family != "matmul" or device.matrix_sustained_fraction is None or not len(f.x):
+        if family != "matmul" or not len(f.x):
             return None
+        mask = self._sustained_rows(p, device)
+        return mask if mask.any() else None
+
+    def _sustained_rows(self, p: Parts | ConvParts, device: Device) -> np.ndarray:
+        """``_matrix_units`` on the parts: rows in an untrained matrix dtype on a GPU with a
+        sourced sustained fraction (all False where the GPU has none)."""
+        mask = np.zeros(len(p.dtype), dtype=bool)
+        if device.matrix_sustained_fraction is None:
+            return mask
         untrained = {d for d in MATRIX_DTYPES if d not in self.trained_dtypes}
-        mask = np.zeros(len(f.x), dtype=bool)
         for dtype, unit in set(zip(p.dtype.tolist(), p.unit.tolist(), strict=True)):
             if dtype in untrained and uses_matrix_units(device, dtype, unit):
                 mask |= (p.dtype == dtype) & (p.unit == unit)
-        return mask if mask.any() else None
+        return mask
 
     def _conv_dispatch(self, family: str, conv: np.ndarray, terms: dict[str, np.ndarray],
                        device: Device) -> None:
@@ -295,8 +303,11 @@ class OnnxPredictor:
         # MI210, the candidates made held-out Linears worse (10.5 -> 11.8 %, 12.6 -> 15.3).
         # Below the batch dimensions Tensile was measured at, its tree's pick is no evidence,
         # so those take the fastest candidate too, the picks of the measured sizes among them.
+        # Rows the sourced sustained rate costs (AMD 16-bit) keep one pick: the learned form
+        # that ranks candidates is not what costs them.
         own = np.arange(len(row)) < len(p.kernel)
-        guessed = self.tile_table.below_evidence(device.arch, p.layout, p.b, p.m)
+        guessed = (self.tile_table.below_evidence(device.arch, p.layout, p.b, p.m)
+                   & ~self._sustained_rows(p, device))
         keep = own | ((dc.tensor_core[row] == 0) & ((dc.amd[row] == 0) | guessed[row]))
         row, tile, split = row[keep], tile[keep], split[keep]
         p = _take(p, row)
