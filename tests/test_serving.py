@@ -56,6 +56,34 @@ def test_a_decode_step_runs_one_token_per_sequence_against_the_cache():
     assert writes[0].cost.bytes == 2 * KV_LAYER // 32  # one token's K and V, read and written
 
 
+def test_a_decode_step_rereads_broadcast_operands_for_its_own_rows_only():
+    # The prefill reads the position embeddings again for the second sequence and the
+    # 4 KB bias-like operands of each layer for 7 more token rows; a decode step of 2
+    # sequences x 1 token repeats none of them (it kept the prompt's re-reads before).
+    kernels, results, s = parts()
+    assert sum(k.cost.reread is not None for k in kernels) == 3
+    step = decode_kernels(kernels, results, s, prompt=32, context=40, batch=2, graph_batch=2)
+    assert all(k.cost.reread is None for k in step)
+
+
+# A 16 KB RMSNorm weight read by 4,096 token rows: 4,095 re-reads. On 8 rows 7 (8 / 4096 of
+# the repeats), on 1 row none, on twice the rows 8,191; a 1 KB residual read by a fused
+# epilogue scales with the output.
+@pytest.mark.parametrize(("num", "den", "rereads", "epilogue"), [
+    (8, 4096, 7, 2), (1, 4096, 0, 0), (2, 1, 8191, 2048),
+])
+def test_scaled_reads_follow_the_rows(num: int, den: int, rereads: int, epilogue: int):
+    from tilecast.analyzer.types import BroadcastReread, OpCost
+    from tilecast.parallel.tensor import scaled_reads
+
+    kb16 = 16384
+    c = OpCost("elementwise", 0, 0, "float32", reread=BroadcastReread(4095 * kb16, kb16, kb16),
+               epilogue_bytes=1024)
+    got = scaled_reads(c, num, den)
+    assert (got.reread.bytes // kb16 if got.reread else 0) == rereads
+    assert got.epilogue_bytes == epilogue
+
+
 def test_the_prefill_computes_the_last_tokens_logits_only():
     kernels, results, s = parts()
     heads = [k.cost.matmul for k in prefill_kernels(kernels, results, s, 32, 2, 2)

@@ -91,10 +91,25 @@ def _bytes(d: MatmulDims) -> int:
     return d.b * (d.m * d.k + d.k * d.n + d.m * d.n)
 
 
+def scaled_reads(c: OpCost, num: int, den: int) -> OpCost:
+    """``c``'s reads beyond its unique bytes on num / den of its output: a fused epilogue's
+    residual, read once per output element, and a broadcast operand's re-reads, once per
+    repeat of its broadcast dims (``costs/broadcast.py``: the repeats go with the token rows,
+    the operand stays). Left as they were, a decode step's RMSNorm weight multiply kept the
+    prompt's 4,095 re-reads of its 16 KB weight (67 MB) on 1 row."""
+    r = c.reread
+    if r is not None and r.operand_bytes > 0:
+        repeats = max((r.bytes // r.operand_bytes + 1) * num // den, 1)
+        r = replace(r, bytes=(repeats - 1) * r.operand_bytes) if repeats > 1 else None
+    return replace(c, reread=r, epilogue_bytes=c.epilogue_bytes * num // max(den, 1))
+
+
 def rescale_matmul(c: OpCost, d: MatmulDims) -> OpCost:
-    """``c`` on new dims ``d``: FLOPs with the product's volume, bytes with its operands."""
+    """``c`` on new dims ``d``: FLOPs with the product's volume, bytes with its operands, a
+    fused epilogue's residual with its output."""
     old = c.matmul
-    return replace(c, matmul=d, flops=c.flops * _volume(d) // max(_volume(old), 1),
+    out = scaled_reads(c, d.b * d.m * d.n, max(old.b * old.m * old.n, 1) if old else 1)
+    return replace(out, matmul=d, flops=c.flops * _volume(d) // max(_volume(old), 1),
                    bytes=c.bytes * _bytes(d) // max(_bytes(old), 1),
                    elements=d.b * d.m * d.n)
 
@@ -113,8 +128,8 @@ def _divided(c: OpCost, tp: int) -> OpCost:
     if mm is not None:
         mm = replace(mm, b=mm.b // tp) if mm.b % tp == 0 else replace(mm, m=max(mm.m // tp, 1))
     rows = None if c.rows is None else RowDims(max(c.rows.rows // tp, 1), c.rows.cols)
-    return replace(c, flops=c.flops // tp, bytes=c.bytes // tp, elements=c.elements // tp,
-                   matmul=mm, rows=rows)
+    return replace(scaled_reads(c, 1, tp), flops=c.flops // tp, bytes=c.bytes // tp,
+                   elements=c.elements // tp, matmul=mm, rows=rows)
 
 
 def _linear(k: Kernel, fwd: MatmulDims, column: bool, tp: int) -> OpCost:
@@ -168,4 +183,4 @@ def segment_of(k: Kernel, s: Structure, index: Mapping[str, int],
 
 
 __all__ = ["Roles", "roles", "shard_kernels", "segment_of", "check_divisible", "matmul_role",
-           "rescale_matmul", "EPILOGUE"]
+           "rescale_matmul", "scaled_reads", "EPILOGUE"]
