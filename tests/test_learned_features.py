@@ -309,7 +309,7 @@ def test_only_guessed_rows_get_a_filling_split() -> None:
 
 # blocks = b * ceil(n / tm) * ceil(m / tn) against 108 SMs (A100): the largest tile with at
 # least one block per SM, else 64x64; 128x128 instead of 256x128 when its whole waves hold
-# less work (waves x tile area).
+# less work (waves x tile area). No split here (the predictor adds it past the ridge point).
 @pytest.mark.parametrize(("b", "m", "n", "want"), [
     (1, 8192, 8192, "256x128"),  # 2048 blocks: 19 waves x 32768 = 622592; 128x128: 38 x 16384
     (1, 1024, 1024, "128x64"),  # 256x128: 4 x 8 = 32; 128x128: 64; 128x64: 8 x 16 = 128

@@ -167,3 +167,21 @@ def test_nchw_conv_forecast_grows_with_the_batch(device: str) -> None:
     lat = [p.latency_ms for p in default_predictor().predict(
         [_conv(n, 64, 64, 56, 3) for n in (1, 2, 4, 8, 16, 32, 64, 128)], dev)]
     assert lat == sorted(lat)
+
+
+def test_few_tiles_past_the_ridge_point_split_their_reduction() -> None:
+    """ResNet-50's bf16 stem weight gradient at batch 1: 64 x 147 outputs over a reduction of
+    112 x 112 = 12,544, 237 MFLOP on 1.9 MB (X, dY and dW once): 123 FLOP per byte, past the
+    MI250X's ridge (383 / 3.28 = 117). Three 64 x 64 tiles split 74 ways fill its 220 CUs
+    (it was one 128 x 160 tile on one CU, 0.45 ms, 724x its roofline). A decode GEMM below
+    the ridge keeps one slice: partial outputs would only add to the bytes it streams."""
+    dev = load_device("mi250x")
+    wgrad = OpCost("conv", 236830720, 1925504, "bfloat16", "matrix",
+                   matmul=MatmulDims(1, 64, 147, 12544), elements=64 * 147)
+    pred = default_predictor().predict([Kernel("dW", ("conv",), "ConvGrad", wgrad)], dev)[0]
+    roofline_ms = max(wgrad.flops / (dev.peak_tflops("bfloat16", "matrix") * 1e9),
+                      wgrad.bytes / (dev.mem_bandwidth_gbps * 1e6))
+    assert pred.tile == "64x64/74" and pred.gpu_ms - pred.fixed_ms < 20 * roofline_ms
+    decode = default_predictor().predict([_gemm(8, "bfloat16", n=4096, k=4096)],
+                                         load_device("h100-sxm5-80gb"))[0]
+    assert "/" not in decode.tile

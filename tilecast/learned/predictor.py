@@ -306,19 +306,28 @@ class OnnxPredictor:
         # Rows the sourced sustained rate costs (AMD 16-bit) keep one pick: the learned form
         # that ranks candidates is not what costs them.
         own = np.arange(len(row)) < len(p.kernel)
-        guessed = (self.tile_table.below_evidence(device.arch, p.layout, p.b, p.m)
-                   & ~self._sustained_rows(p, device))
-        keep = own | ((dc.tensor_core[row] == 0) & ((dc.amd[row] == 0) | guessed[row]))
+        below = self.tile_table.below_evidence(device.arch, p.layout, p.b, p.m)
+        sustained = self._sustained_rows(p, device)
+        ranked = (dc.amd == 0) | (below & ~sustained)  # per part: AMD only below the sizes
+        keep = own | ((dc.tensor_core[row] == 0) & ranked[row])
         row, tile, split = row[keep], tile[keep], split[keep]
+        # Those rows below the measured sizes take the tensor-core tile rule, as NVIDIA's do.
+        guessed = (below & sustained)[row]
         p = _take(p, row)
         dc = ft.device_columns([device], np.zeros(len(row), dtype=np.int64), p.dtype, p.unit)
-        tc = dc.tensor_core > 0
+        tc = (dc.tensor_core > 0) | guessed
         if tc.any():
             tile[tc], split[tc] = tl.tensor_core_tiles(p.b[tc], p.m[tc], p.n[tc],
                                                        dc.sm_count[tc])
+            # Past the ridge point, fewer tiles than SMs split the reduction to fill them:
+            # cuBLAS's splitKreduce_kernel and cuDNN's ReduceSplitK follow such GEMMs in the
+            # H100 traces. Below it the GEMM streams its bytes, which partials would only add to.
+            few = tc & (p.flops / dc.peak_flops >= p.bytes / dc.bandwidth)
+            split[few] = tl.filling_split(p.b[few], p.m[few], p.n[few], p.k[few],
+                                          dc.sm_count[few], tile[few])
         fused = tc & p.fused
         if fused.any():  # a fused attention CTA: 128 queries of one head, all of dv
-            tile[fused] = tl.fused_attention_tiles(p.m[fused])
+            tile[fused], split[fused] = tl.fused_attention_tiles(p.m[fused]), 1.0
         tm, tn = tl.split_tiles(tile)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, tm, tn, split, (p.layout == "tn").astype(float),

@@ -343,7 +343,9 @@ def _label(tile: tuple[int, int]) -> str:
 def tensor_core_tiles(b: np.ndarray, m: np.ndarray, n: np.ndarray,
                       sm_count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(tile strings, split-K counts) for tensor-core GEMMs: the largest tile that still
-    gives every SM a block (one full wave), else the smallest; no split-K. Bigger tiles
+    gives every SM a block (one full wave), else the smallest; no split-K here (a
+    compute-bound GEMM of the smallest tile gets ``filling_split`` from the predictor, which
+    knows the GPU's ridge point). Bigger tiles
     reuse each loaded operand byte over more multiply-adds, which tensor cores need: their
     peak is 8-16x the SIMT peak, their DRAM bandwidth the same.
 
