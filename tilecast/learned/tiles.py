@@ -213,21 +213,20 @@ class TileTable:
         row = np.concatenate(rows)
         tile, split, tiles, splits = self._select_ids(arch, batched[row],
                                                       (layout == "tn")[row], x)
-        tile_s, split_s = tiles[tile], splits[split]
+        split_v = splits[split]
         guessed = self.below_evidence(arch, layout, b, m)[row]
         if guessed.any():  # each guessed rung also with the split that fills one wave
-            rung_b, rung_m = x[:, 0], x[:, 1]
-            fill = filling_split(2.0**rung_b[guessed], 2.0**rung_m[guessed], n[row[guessed]],
-                                 k[row[guessed]], sms[row[guessed]], tile_s[guessed])
+            rung_b, rung_m = x[guessed, 0], x[guessed, 1]
+            fill = filling_split(2.0**rung_b, 2.0**rung_m, n[row[guessed]], k[row[guessed]],
+                                 sms[row[guessed]], tiles[tile[guessed]])
             row = np.concatenate([row, row[guessed]])
-            tile_s = np.concatenate([tile_s, tile_s[guessed]])
-            split_s = np.concatenate([split_s, fill])
+            tile = np.concatenate([tile, tile[guessed]])
+            split_v = np.concatenate([split_v, fill])
         # each configuration once per row, where first met (np.unique sorts its keys)
-        _, first = np.unique(np.stack([row.astype(str), tile_s.astype(str),
-                                       split_s.astype(str)], axis=1), axis=0,
-                             return_index=True)
-        first = np.sort(first)
-        return row[first], tile_s[first], split_s[first]
+        values, code = np.unique(split_v, return_inverse=True)
+        key = (row * len(tiles) + tile) * len(values) + code.reshape(-1)
+        first = np.sort(np.unique(key, return_index=True)[1])
+        return row[first], tiles[tile[first]], split_v[first]
 
     def to_json(self) -> dict:
         return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
