@@ -133,6 +133,18 @@ def test_devices_table_keeps_every_name_apart_from_its_vendor() -> None:
         assert row[len(device.name):].split()[0] == device.vendor
 
 
+@pytest.mark.parametrize(("device", "unit"), [("mi210", "104 CUs"), ("h100", "132 SMs")])
+def test_analyze_header_counts_amd_compute_units_as_cus(device: str, unit: str) -> None:
+    from click.testing import CliRunner
+
+    from tilecast.cli import main
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "small-cnn.onnx"
+    r = CliRunner().invoke(main, ["analyze", str(example), "-d", device,
+                                  "--predictor", "roofline"])
+    assert r.exit_code == 0 and f"({load_device(device).arch}, {unit}," in r.output
+
+
 def test_names_unique_and_aliases_do_not_collide() -> None:
     owner: dict[str, str] = {}
     for device in list_devices():

@@ -51,10 +51,11 @@ def _flag(k: KernelForecast) -> str:
 
 def _header_lines(f: Forecast) -> list[str]:
     d = f.device
+    units = "CUs" if d.vendor == "amd" else "SMs"  # AMD's name for its compute units
     mode = f.mode + (" (fused)" if f.fusion else "")
     dims = " ".join(f"{k}={v}" for k, v in sorted(f.dims.items()))
     lines = [f"model      {f.model}" + (f"  [{dims}]" if dims else ""),
-             f"device     {d.name} ({d.arch}, {d.sm_count} SMs, "
+             f"device     {d.name} ({d.arch}, {d.sm_count} {units}, "
              f"{d.mem_bandwidth_gbps:g} GB/s)",
              f"mode       {mode}",
              f"math       {f.math} ({MATH_TEXT.get(f.math, '?')})",

@@ -29,9 +29,9 @@ def render_devices(fmt: str = "table") -> str:
         return json.dumps([device_dict(d) for d in devs], indent=2) + "\n"
     # The name column fits the longest name plus two spaces, so no name runs into the vendor.
     w = max(len(d.name) for d in devs) + 2
-    head = (f"{'name':<{w}}{'vendor':<8}{'arch':<11}{'SMs':>5}{'fp32 TF':>9}{'bf16 TF':>9}"
+    head = (f"{'name':<{w}}{'vendor':<8}{'arch':<11}{'SMs/CUs':>8}{'fp32 TF':>9}{'bf16 TF':>9}"
             f"{'GB/s':>7}{'mem GB':>8}  memory")
-    rows = [f"{d.name:<{w}}{d.vendor:<8}{d.arch:<11}{d.sm_count:>5}{_num(d.peak_tflops_fp32):>9}"
+    rows = [f"{d.name:<{w}}{d.vendor:<8}{d.arch:<11}{d.sm_count:>8}{_num(d.peak_tflops_fp32):>9}"
             f"{_num(d.peak_tflops_bf16_matrix):>9}{d.mem_bandwidth_gbps:>7g}"
             f"{d.memory_gb:>8g}  {d.memory_type or '-'}" for d in devs]
     return "\n".join([head, *rows]) + f"\n{len(devs)} devices (TFLOP/s dense, boost clock)\n"
