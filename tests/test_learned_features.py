@@ -241,6 +241,10 @@ def test_tile_table_schema_is_checked() -> None:
 
     with pytest.raises(PredictorError, match="schema"):
         tl.parse_tile_table({"schema": 999, "tree_features": list(tl.TREE_FEATURES)}, "x")
+    table = _one_split_table(1, 9.0, ("64x64", "128x128")).to_json()
+    table["trees"]["ampere/tn"]["x_lo"] = [0.0, 9.0]  # one value per tree input, not 2
+    with pytest.raises(PredictorError, match="malformed"):
+        tl.parse_tile_table(table, "x")
 
 
 def _ranged(tree: tl.TileTree, lo: list[float], hi: list[float]) -> tl.TileTree:
