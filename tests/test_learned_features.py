@@ -186,6 +186,19 @@ def _one_split_table(feature: int, threshold: float, tiles: tuple[str, str]) -> 
                          "ampere/tn/split": one}, {})
 
 
+def test_a_family_without_measurements_takes_its_vendors_newest_older_one() -> None:
+    # Without an Ampere tree (the A100 held out), an Ampere or Ada GPU takes Volta's, not the
+    # AMD Tensile tree that sorts first; an AMD GPU keeps cdna; a table of one vendor serves
+    # the other (a user's partial table).
+    base = _one_split_table(1, 9.0, ("64x64", "128x128")).trees
+    volta, cdna = base["ampere/tn"], _one_split_table(1, 9.0, ("96x96", "128x160")).trees
+    table = tl.TileTable({"volta/tn": volta, "cdna/tn": cdna["ampere/tn"]}, {})
+    assert table.tree_for("ampere", "tn") is volta and table.tree_for("ada", "tn") is volta
+    assert table.tree_for("cdna3", "tn") is cdna["ampere/tn"]
+    only_amd = tl.TileTable({"cdna/tn": cdna["ampere/tn"]}, {})
+    assert only_amd.tree_for("hopper", "tn") is cdna["ampere/tn"]
+
+
 def test_tile_candidates_climb_the_batch_ladder() -> None:
     # One tree on log2_m (feature 1): 64x64 up to m = 2^9, 128x128 above; split always 1. A
     # linear of 100 rows gets its own pick, then 128x128 from 800 rows (100 x 2^3) up; a

@@ -38,6 +38,8 @@ ARCH_FAMILY = {"maxwell": "maxwell", "pascal": "maxwell", "volta": "volta", "tur
                "ampere": "ampere", "ada": "ampere", "hopper": "ampere", "blackwell": "ampere",
                # AMD: rocBLAS / hipBLASLt Tensile kernels (``Cijk_..._MT64x64x16_...``)
                "cdna1": "cdna", "cdna2": "cdna", "cdna3": "cdna"}
+# The kernel families of each vendor, oldest first (``TileTable.tree_for``'s fallback).
+GENERATIONS = (("maxwell", "volta", "ampere"), ("cdna",))
 _TILE_RE = re.compile(r"(?:tilesize|MT|gemm_|scudnn_(?:winograd_)?)(\d+)x(\d+)")
 _FAMILY_RE = re.compile(r"(maxwell|volta|turing|ampere|ada|hopper)_")
 TREE_FEATURES = ("log2_b", "log2_m", "log2_n", "log2_k", "log2_sms", "log2_tiles128_per_sm")
@@ -137,12 +139,17 @@ class TileTable:
     observed: dict[str, dict[str, int]]  # "<device>/<op>" -> tile -> count (for reports)
 
     def tree_for(self, arch: str, layout: str, what: str = "") -> TileTree:
-        family = ARCH_FAMILY.get(arch)
         suffix = f"/{what}" if what else ""
-        key = f"{family}/{layout}{suffix}"
-        if key not in self.trees:  # an unknown generation: the newest family measured
-            key = sorted(k for k in self.trees if k.endswith(f"{layout}{suffix}"))[0]
-        return self.trees[key]
+        family = ARCH_FAMILY.get(arch, GENERATIONS[0][-1])
+        chain = next((g for g in GENERATIONS if family in g), GENERATIONS[0])
+        # A family with no measurements: the newest measured one of its vendor not newer
+        # than it, else its vendor's oldest measured, else any (a table of another vendor).
+        older = chain[:chain.index(family) + 1] if family in chain else chain
+        for fam in (*reversed(older), *chain, *sorted(k.split("/")[0] for k in self.trees)):
+            key = f"{fam}/{layout}{suffix}"
+            if key in self.trees:
+                return self.trees[key]
+        raise PredictorError(f"the tile table has no {layout}{suffix} tree")
 
     def select(self, arch: str, layout: np.ndarray, x: np.ndarray,
                ) -> tuple[np.ndarray, np.ndarray]:
