@@ -12,8 +12,8 @@ them to the other quantities a user varies, on every device in the database (or
 - **Decode batch.** ``tilecast serve`` on Llama 3 8B (two layers forecast as 32; fp32 and a
   bf16 export; 1024-token prompts) at batch 1, 2, 4, ..., 64 under the cudagraph runtime: no
   decode step may take less time for more sequences. (Stop 41: the decode step kept the
-  prompt's broadcast re-reads, and an fp32 MI300X step fell from 85.5 to 72.2 ms per token
-  from batch 1 to 8.)
+  prompt's broadcast re-reads: with 4096-token prompts an fp32 MI300X step fell from 85.5 to
+  72.2 ms per token from batch 1 to 8.)
 - **Training against inference** (reported, not asserted): one training step over one forward
   pass of the same graph, per device, for the zoo's batch-64 exports. A step is a forward and a
   backward of about twice its FLOPs, so about 3x; the shared labels of BERT-Large at batch 8
