@@ -257,8 +257,7 @@ def filling_split(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, sm
     reduction in the shared data, the launch holds at least one block per SM on 90 % of the
     rows (tiles x split / SMs: 10th percentile 1.0 on the A100 PCIe 40GB, 1.3-3.0 on the
     older four)."""
-    tm, tn = split_tiles(tile)
-    tiles = b * np.ceil(n / tm) * np.ceil(m / tn)
+    tiles = _blocks(b, m, n, split_tiles(tile))
     most = np.maximum(np.floor(np.asarray(k, dtype=np.float64) / MIN_SLICE), 1.0)
     return np.clip(np.ceil(sms / tiles), 1.0, most)
 
@@ -338,7 +337,8 @@ def parse_tile_table(d: dict, origin: str) -> TileTable:
 TENSOR_CORE_TILES = ((256, 128), (128, 128), (128, 64), (64, 64))
 
 
-def _blocks(b: np.ndarray, m: np.ndarray, n: np.ndarray, tile: tuple[int, int]) -> np.ndarray:
+def _blocks(b: np.ndarray, m: np.ndarray, n: np.ndarray,
+            tile: tuple[int, int] | tuple[np.ndarray, np.ndarray]) -> np.ndarray:
     return b * np.ceil(n / tile[0]) * np.ceil(m / tile[1])
 
 
