@@ -1,4 +1,4 @@
-"""Eager views: the Transpose/Split/Slice nodes eager PyTorch runs without a copy kernel."""
+"""Views: the Transpose/Split/Slice nodes a runtime runs without a copy kernel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,12 @@ import pytest
 
 import tilecast
 from tilecast.analyzer.forecast import Forecast
-from tilecast.analyzer.views import VIEW_SPLIT, VIEW_TRANSPOSE, _gemm_reads_in_place
+from tilecast.analyzer.views import (
+    FOLDED_TRANSPOSE,
+    VIEW_SPLIT,
+    VIEW_TRANSPOSE,
+    _gemm_reads_in_place,
+)
 
 HEADER = '<ir_version: 8, opset_import: ["" : 17]>\n'
 
@@ -120,14 +125,36 @@ def test_real_copies_stay_costed(text, op):
     assert op not in _reasons(f)
 
 
-@pytest.mark.parametrize("text, op", [(KT, "Transpose"), (QKV, "Split"), (SLICE_MUL, "Slice")])
+# A 2-D weight transposed for Gemm's C input (the bias): not an operand the GEMM can flag.
+GEMM_C = HEADER + """
+g (float[8, 16] a, float[16, 8] b, float[8, 8] c) => (float[8, 8] y) {
+  ct = Transpose<perm = [1, 0]>(c)
+  y = Gemm(a, b, ct)
+}"""
+
+
+@pytest.mark.parametrize("text, op", [
+    (QKV, "Split"),             # XLA and TensorRT buffers are dense; ORT runs Split
+    (SLICE_MUL, "Slice"),
+    (KT_ALSO_ADD, "Transpose"),  # one consumer needs the values
+    (KT_OUT, "Transpose"),       # graph output
+    (GEMM_C, "Transpose"),       # feeds the bias, not an operand
+])
 def test_graph_runtime_keeps_the_copies(text, op):
-    # ONNX Runtime (the graph runtimes' stand-in) runs Transpose/Split/Slice as kernels.
-    assert op in _costed(_forecast(text, runtime="graph"))
+    f = _forecast(text, runtime="graph")
+    assert op in _costed(f)
+    assert op not in _reasons(f)
+
+
+def test_graph_runtime_folds_a_last_two_swap_into_the_gemm():
+    # XLA's TransposeFolding, ORT's MatmulTransposeFusion, TensorRT's kTRANSPOSE operand.
+    f = _forecast(KT, runtime="graph")
+    assert "Transpose" not in _costed(f)
+    assert _reasons(f)["Transpose"] == FOLDED_TRANSPOSE
 
 
 def test_views_lower_the_eager_forecast():
-    eager, graph = _forecast(KT), _forecast(KT, runtime="graph")
+    eager, graph = _forecast(QKV), _forecast(QKV, runtime="graph")
     assert len(eager.kernels) == len(graph.kernels) - 1
 
 
@@ -153,6 +180,14 @@ def test_permuted_heads_are_views_only_where_matmul_can_fold_them(batch, costed)
     f = _forecast(_heads(batch))
     assert _costed(f).count("Transpose") == costed
     assert sum(z.count for z in f.zero_cost_reasons if z.reason == VIEW_TRANSPOSE) == 3 - costed
+
+
+def test_graph_runtime_copies_permuted_heads_even_at_batch_1():
+    # eager reads all three in place at batch 1; ORT's fusion takes last-two swaps only, so a
+    # graph runtime runs the (0, 2, 1, 3) permutes of q and k and folds k's last-two swap
+    f = _forecast(_heads(1), runtime="graph")
+    assert _costed(f).count("Transpose") == 2
+    assert sum(z.count for z in f.zero_cost_reasons if z.reason == FOLDED_TRANSPOSE) == 1
 
 
 @pytest.mark.parametrize("shape, perm, in_place", [

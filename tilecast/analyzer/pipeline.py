@@ -24,7 +24,7 @@ from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
 from .types import Kernel
-from .views import eager_views
+from .views import eager_views, graph_views
 from .weights import mark_weight_operands
 
 MODES = ("inference", "training")
@@ -56,13 +56,15 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
 def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
     """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
     GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
-    (activations.py), eager PyTorch's views (views.py), and the GEMM operands that are
+    (activations.py), the runtime's views (views.py), and the GEMM operands that are
     weights marked (weights.py)."""
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
         results = eager_views(results, outputs)
+    else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
+        results = graph_views(results, outputs)
     return mark_weight_operands(results)
 
 

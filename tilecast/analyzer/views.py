@@ -1,4 +1,4 @@
-"""Eager views: the Transpose/Split/Slice nodes eager PyTorch runs without a copy kernel.
+"""Views: the Transpose/Split/Slice nodes a runtime runs without a copy kernel.
 
 Exporters write PyTorch's metadata-only ops (``transpose``, ``permute``, ``split``/``chunk``,
 slicing) as Transpose/Split/Slice nodes, which an ONNX runtime executes as copies. Eager
@@ -17,8 +17,12 @@ consumers read strided operands; where one needs contiguous memory the copy is r
   chunk), Transpose or elementwise ops (TensorIterator takes any strides).
 - Everything else (Concat, Reshape of a permuted tensor, graph outputs) stays a copy.
 
-Only the eager runtime: ONNX Runtime and TensorRT-style graph runtimes run them as kernels
-(or fuse them their own way), so ``--runtime graph`` keeps them costed.
+Graph runtimes (``--runtime graph``) copy what eager PyTorch keeps as views (an XLA or
+TensorRT buffer is dense, ONNX Runtime runs Transpose/Split/Slice as kernels), with one
+exception every one of them makes: a Transpose that swaps the last two dims and feeds only
+GEMMs is folded into the GEMM's operand flag (XLA's ``TransposeFolding`` pass, ONNX Runtime's
+``MatmulTransposeFusion`` for its CUDA and ROCm providers, TensorRT's matrix-multiply operand
+``kTRANSPOSE``). A permute of the batch dims stays a kernel there, at any batch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from .analysis import NodeResult
 
 VIEW_TRANSPOSE = "view: cuBLAS reads the operand transposed (op(A)/op(B) flag of the GEMM)"
 VIEW_SPLIT = "view: eager PyTorch splits/slices the last dim as a strided view"
+FOLDED_TRANSPOSE = "folded into the GEMM: the graph compiler reads the operand transposed"
 MATMULS = frozenset({("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul")})
 STRIDED_OK = MATMULS | frozenset(("", op) for op in (
     "Reshape", "Transpose", "Add", "Sub", "Mul", "Div", "Neg", "Cos", "Sin", "Tanh", "Sigmoid",
@@ -132,4 +137,32 @@ def eager_views(results: Sequence[NodeResult],
         if users and all((u.node.domain, u.node.op_type) in STRIDED_OK for u in users):
             views[id(r)] = VIEW_SPLIT
     return tuple(NodeResult(r.node, "zero", None, views[id(r)]) if id(r) in views else r
+                 for r in results)
+
+
+def _swaps_last_two(perm: Sequence[int]) -> bool:
+    n = len(perm)
+    return list(perm[:-2]) == list(range(n - 2)) and list(perm[-2:]) == [n - 1, n - 2]
+
+
+def _gemm_operand_of_all(r: NodeResult, users: Sequence[NodeResult]) -> bool:
+    """Is every read of r's output an A or B operand of a GEMM (not a Gemm's bias C)?"""
+    out = r.node.outputs[0].name
+    return all((u.node.domain, u.node.op_type) in MATMULS
+               and all(i < 2 for i, t in enumerate(u.node.inputs) if t is not None
+                       and t.name == out) for u in users)
+
+
+def graph_views(results: Sequence[NodeResult],
+                graph_outputs: frozenset[str] = frozenset()) -> tuple[NodeResult, ...]:
+    """Zero-cost (with the reason) the last-two-dims Transposes a graph compiler folds into
+    the GEMMs that read them."""
+    consumers = _consumers(results)
+    folded = set()
+    for r in results:
+        root = _transpose_root(r)
+        users = _users(r, consumers, graph_outputs) if root else None
+        if users and _swaps_last_two(root[1]) and _gemm_operand_of_all(r, users):
+            folded.add(id(r))
+    return tuple(NodeResult(r.node, "zero", None, FOLDED_TRANSPOSE) if id(r) in folded else r
                  for r in results)
