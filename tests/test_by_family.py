@@ -18,8 +18,18 @@ from tilecast.cli import main
 from tilecast.device_db import load_device
 from tilecast.errors import ConfigError
 from tilecast.evaluation import evaluate_by_family
-from tilecast.evaluation.by_family import compare_run
-from tilecast.evaluation.fx_nodes import HOST, UNCLASSIFIED, fx_family, read_per_node_csv
+from tilecast.evaluation.by_family import (
+    compare_run,
+    copies_inside_matmul,
+    gemm_operand_copies,
+)
+from tilecast.evaluation.fx_nodes import (
+    HOST,
+    UNCLASSIFIED,
+    FxNode,
+    fx_family,
+    read_per_node_csv,
+)
 from tilecast.evaluation.labels import Label
 
 TINY = """
@@ -172,6 +182,60 @@ def test_compare_run_sums_each_family_and_phase(tmp_path):
     # an inference forecast has no backward kernels to set beside the backward pass
     assert [p.forecast_ms for p in run.phases] == [pytest.approx(forecast.total_ms, abs=1e-4),
                                                    0.0]
+
+
+# Attention scores at batch 2: q and k permuted (0, 2, 1, 3) then multiplied. torch.matmul
+# copies both (their batch dims do not merge; analyzer/views.py) inside the matmul node, and
+# tilecast's two costed Transposes stand for those copies; the output's Transpose is movement.
+SCORES = """
+<ir_version: 8, opset_import: ["" : 17]>
+scores (float[2, 8, 4, 16] q, float[2, 8, 4, 16] k) => (float[2, 8, 4, 8] out) {
+    qp = Transpose<perm = [0, 2, 1, 3]>(q)
+    kp = Transpose<perm = [0, 2, 1, 3]>(k)
+    kt = Transpose<perm = [0, 1, 3, 2]>(kp)
+    y = MatMul(qp, kt)
+    out = Transpose<perm = [0, 2, 1, 3]>(y)
+}
+"""
+
+
+def test_transposes_read_only_by_gemms_count_as_matmul(tmp_path):
+    model = onnx.parser.parse_model(SCORES)
+    for i, n in enumerate(model.graph.node):
+        n.name = f"n{i}"
+    onnx.save(model, tmp_path / "scores.onnx")
+    copies = gemm_operand_copies(tmp_path / "scores.onnx")
+    assert copies == {"n0", "n1", "n2"}  # not n4: a graph output
+    forecast = analyze(model, "l4", predictor="roofline")
+    nodes = read_per_node_csv(_write_csv(tmp_path / "run.csv"))
+    plain = {(r.phase, r.family): r for r in compare_run(
+        _label(tmp_path, "inference", 1.0), nodes, forecast).rows}
+    booked = {(r.phase, r.family): r for r in compare_run(
+        _label(tmp_path, "inference", 1.0), nodes, forecast, as_matmul=copies).rows}
+    # n2 is a view (a last-two swap); n0 and n1 are costed and move to matmul, n4 stays
+    assert plain[("forward", "movement")].kernels == 3
+    assert booked[("forward", "movement")].kernels == 1
+    assert booked[("forward", "matmul")].kernels == 3
+    assert booked[("forward", "matmul")].predicted_ms == pytest.approx(
+        plain[("forward", "matmul")].predicted_ms + plain[("forward", "movement")].predicted_ms
+        - booked[("forward", "movement")].predicted_ms, abs=1e-4)
+
+
+def _mm(shapes: str, contiguous: str) -> FxNode:
+    return FxNode("matmul", "call_function", "matmul", "matmul", 1, 1.0, 0.0, 0.0, shapes, "",
+                  contiguous)
+
+
+@pytest.mark.parametrize("node, inside", [
+    # BERT / GPT-2: q @ k^T on permuted heads: torch.matmul reshapes (copies) both inside
+    (_mm("[[8, 16, 512, 64], [8, 16, 64, 512]]", "[False, False]"), True),
+    # OPT: .contiguous() heads, bmm on 3-D; a transposed 3-D operand is no copy
+    (_mm("[[64, 2048, 64], [64, 64, 2048]]", "[True, False]"), False),
+    (_mm("[[8, 16, 512, 64], [8, 16, 64, 512]]", "[True, True]"), False),
+    (_mm("[[8, 16, 512, 64], [8, 16, 64, 512]]", ""), False),  # column not recorded
+])
+def test_copies_inside_matmul_reads_the_csvs_contiguity(node, inside):
+    assert copies_inside_matmul([node]) is inside
 
 
 @pytest.fixture

@@ -6,6 +6,10 @@ its kernels costed as the per-node harness times them, each alone (the predictor
 the op's dispatch and launch included, which a step hides behind the previous kernel; and the
 kernels the harness launches in their place, ``harness.py``), so the families compare like
 with like; the run's forecast total is the step (runtime applied).
+A Transpose whose output only GEMMs read counts as matmul where the CSV's matmul nodes read
+permuted operands (``copies_inside_matmul``): there tilecast's costed Transpose stands for the
+copy ``torch.matmul`` makes of an operand whose batch dims do not merge (``analyzer/views.py``),
+which the CSV books inside the matmul node (``gemm_operand_copies``).
 Phases: forward, backward, accumulate (``grad += new`` into ``.grad``: the CSV's
 ``acc_latency``, tilecast's ``GradAccumulate`` kernels; always an add, so its measured ms count
 as elementwise whichever node owns the parameter) and update (optimizer; not in the labels).
@@ -13,6 +17,7 @@ as elementwise whichever node owns the parameter) and update (optimizer; not in 
 
 from __future__ import annotations
 
+import ast
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -20,7 +25,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analyzer.forecast import Forecast
+import onnx
+
+from ..analyzer.forecast import Forecast, KernelForecast
 from ..analyzer.pipeline import resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.types import FAMILIES
@@ -29,11 +36,12 @@ from ..errors import ConfigError
 from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
 from .harness import timed_alone
 from .labels import Label, Skipped, discover_labels, measured_passes
-from .runner import Progress, _no_labels, default_cache_dir, forecast_label
+from .runner import Progress, _no_labels, cached_export, default_cache_dir, forecast_label
 
 PHASES = ("forward", "backward", "accumulate", "update")
 ORDER = (*FAMILIES, HOST, UNCLASSIFIED)  # row order within a phase: tilecast's families first
 ACCUMULATE_OP = "GradAccumulate"  # op_type of tilecast's gradient-accumulation kernels
+GEMM_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul"})
 
 
 @dataclass(frozen=True)
@@ -128,17 +136,62 @@ def _measured(nodes: Iterable[FxNode]) -> dict[tuple[str, str], tuple[float, int
     return {k: (v[0], int(v[1])) for k, v in acc.items()}
 
 
+def copies_inside_matmul(nodes: Iterable[FxNode]) -> bool:
+    """Does the CSV time a matmul node reading a non-contiguous operand of rank >= 4?
+    ``torch.matmul`` reshapes it to 3-D, a copy the node's time holds (BERT, GPT-2). A model
+    that calls ``.contiguous()`` itself (OPT) times those copies as movement nodes."""
+    for n in nodes:
+        if n.family != "matmul" or not n.input_contiguous:
+            continue
+        try:
+            shapes, flags = ast.literal_eval(n.input_shapes), ast.literal_eval(n.input_contiguous)
+        except (ValueError, SyntaxError):
+            continue
+        if isinstance(shapes, list) and isinstance(flags, list) and any(
+                isinstance(sh, list) and len(sh) >= 4 and flag is False
+                for sh, flag in zip(shapes, flags, strict=False)):
+            return True
+    return False
+
+
+def gemm_operand_copies(model: Path) -> frozenset[str]:
+    """Names of the Transpose nodes whose outputs only GEMMs read, directly or through more
+    Transposes (none is a graph output)."""
+    graph = onnx.load(str(model), load_external_data=False).graph
+    readers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for n in graph.node:
+        for t in n.input:
+            readers[t].append(n)
+    outputs = {o.name for o in graph.output}
+    memo: dict[int, bool] = {}
+
+    def feeds_gemms(n: onnx.NodeProto) -> bool:
+        if id(n) not in memo:
+            users = [u for o in n.output for u in readers.get(o, [])]
+            memo[id(n)] = bool(users) and not outputs.intersection(n.output) and all(
+                u.op_type in GEMM_OPS or (u.op_type == "Transpose" and feeds_gemms(u))
+                for u in users)
+        return memo[id(n)]
+
+    return frozenset(n.name for n in graph.node if n.op_type == "Transpose" and feeds_gemms(n))
+
+
 def _predicted(forecast: Forecast, alone_ms: Sequence[float] | None = None,
+               as_matmul: frozenset[str] = frozenset(),
                ) -> dict[tuple[str, str], tuple[float, int]]:
     # The CSV books a node's backward under the node (a Linear's bias-gradient reduction is
     # part of the Linear's bw_latency), so a backward kernel counts in its forward node's family.
-    forward = {n: k.kernel.family for k in forecast.kernels if k.kernel.phase == "forward"
+    def family_of(k: KernelForecast) -> str:
+        nodes = k.kernel.nodes
+        return "matmul" if nodes and all(n in as_matmul for n in nodes) else k.kernel.family
+
+    forward = {n: family_of(k) for k in forecast.kernels if k.kernel.phase == "forward"
                for n in k.kernel.nodes}
     ms = alone_ms if alone_ms is not None else [k.latency_ms for k in forecast.kernels]
     acc: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     for k, k_ms in zip(forecast.kernels, ms, strict=True):
         phase = "accumulate" if k.kernel.op_type == ACCUMULATE_OP else k.kernel.phase
-        family = k.kernel.family
+        family = family_of(k)
         if phase == "backward" and k.kernel.nodes:
             family = forward.get(k.kernel.nodes[0], family)
         cell = acc[(phase, family)]
@@ -176,10 +229,12 @@ def phase_steps(label: Label, nodes: Iterable[FxNode], forecast: Forecast,
 
 
 def compare_run(label: Label, nodes: tuple[FxNode, ...], forecast: Forecast,
-                alone_ms: Sequence[float] | None = None) -> RunFamilies:
+                alone_ms: Sequence[float] | None = None,
+                as_matmul: frozenset[str] = frozenset()) -> RunFamilies:
     """Match one run's measured nodes with its forecast, family by family and phase by phase.
-    ``alone_ms``: each forecast kernel timed alone (default: its latency in the forecast)."""
-    meas, pred = _measured(nodes), _predicted(forecast, alone_ms)
+    ``alone_ms``: each forecast kernel timed alone (default: its latency in the forecast);
+    ``as_matmul``: nodes whose kernels count as matmul (``gemm_operand_copies``)."""
+    meas, pred = _measured(nodes), _predicted(forecast, alone_ms, as_matmul)
     rows = []
     for key in sorted(set(meas) | set(pred), key=_order):
         m_ms, m_n = meas.get(key, (0.0, 0))
@@ -257,5 +312,8 @@ def evaluate_by_family(labels_dir: Path, *, models_dir: Path | None = None,
         nodes = read_per_node_csv(label.file.with_suffix(".csv"), num_layer=num_layer(label),
                                   training=label.mode == "training")
         forecast = forecast_label(label, pred, cache, progress)
-        runs.append(compare_run(label, nodes, forecast, alone_ms(pred, forecast, label.device)))
+        copies = (gemm_operand_copies(cached_export(label, cache))
+                  if copies_inside_matmul(nodes) else frozenset())
+        runs.append(compare_run(label, nodes, forecast, alone_ms(pred, forecast, label.device),
+                                copies))
     return ByFamilyResult(tuple(runs), _totals(runs), tuple(skipped), pred.name)

@@ -84,6 +84,7 @@ class FxNode:
     accumulate_ms: float  # gradient accumulation into .grad (training)
     input_shapes: str = ""  # as recorded, e.g. "[[8, 512, 1024]]"
     output_shape: str = ""  # as recorded, e.g. "(8, 512, 1024)"
+    input_contiguous: str = ""  # as recorded, e.g. "[False, True]" (optional column)
 
 
 def _target(row: dict[str, str]) -> str:
@@ -156,5 +157,6 @@ def read_per_node_csv(path: Path, *, num_layer: int = 0, training: bool = False,
         nodes.append(FxNode(row["Name"], row["op"], target, family, repeats,
                             _ms(row, "fw_latency", where), _ms(row, "bw_latency", where),
                             _ms(row, "acc_latency", where), shapes,
-                            (row.get("output_shape") or "").strip()))
+                            (row.get("output_shape") or "").strip(),
+                            (row.get("input_contiguous") or "").strip()))
     return tuple(nodes)
