@@ -25,6 +25,7 @@ from .cli_options import (
     parse_dims,
     write_output,
 )
+from .cli_sweep import sweep
 from .learned.commands import MAX_REPEATS
 
 
@@ -36,6 +37,7 @@ def main() -> None:
     \b
     Example:
       tilecast analyze model.onnx --device l4
+      tilecast sweep model.onnx --device t4,l4,h100
       tilecast devices
     """
 
@@ -43,6 +45,7 @@ def main() -> None:
 main.add_command(devices)
 main.add_command(clusters)
 main.add_command(collect_labels)
+main.add_command(sweep)
 
 
 @main.command()

@@ -90,30 +90,53 @@ def output_options(formats: tuple[str, ...]) -> Callable:
     return deco
 
 
-def model_options(fn: Callable) -> Callable:
-    for opt in reversed((
-        click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
-                     help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every "
-                          "other dim is derived."),
-        click.option("--mode", type=click.Choice(("inference", "training")),
-                     default="inference", show_default=True),
-        click.option("--fusion/--no-fusion", default=False, show_default=True,
-                     help="Forecast fused execution (torch.compile-style fusion groups; with "
-                          "--parallel, Megatron-LM's fused kernels)."),
-        click.option("--predictor", default="default", show_default=True,
-                     help="default (learned if shipped), learned, roofline, or a .onnx path."),
-        click.option("--math", type=click.Choice(MATH_MODES), default=None,
-                     help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
-                          "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
-                          "graph under torch.autocast, casts costed)."),
-        click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
-                     help="eager (per-kernel host dispatch; default), cudagraph (torch.cuda."
-                          "graphs replay: no dispatch floor) or graph (XLA / TensorRT-style: "
-                          "no dispatch floor, BN folded into Conv, adds and ReLU / GELU in "
-                          "Conv and GEMM epilogues)."),
-    )):
-        fn = opt(fn)
-    return fn
+def parse_dim_grid(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...],
+                   ) -> dict[str, tuple[int, ...]]:
+    """``--dim batch=1,8,32`` (repeatable): each dim's values, in order, duplicates dropped."""
+    dims: dict[str, tuple[int, ...]] = {}
+    for item in values:
+        name, sep, value = item.partition("=")
+        parts = [v.strip() for v in value.split(",")]
+        if not sep or not name.strip() or not all(v.isdigit() and int(v) > 0 for v in parts):
+            raise click.BadParameter(f"{item!r}: expected NAME=N[,N...] with positive "
+                                     "integers, e.g. batch=1,8,32")
+        dims[name.strip()] = tuple(dict.fromkeys(int(v) for v in parts))
+    return dims
+
+
+def _model_options(dim_option: Callable) -> Callable[[Callable], Callable]:
+    def deco(fn: Callable) -> Callable:
+        for opt in reversed((dim_option, *_MODEL_OPTIONS)):
+            fn = opt(fn)
+        return fn
+    return deco
+
+
+_MODEL_OPTIONS = (
+    click.option("--mode", type=click.Choice(("inference", "training")),
+                 default="inference", show_default=True),
+    click.option("--fusion/--no-fusion", default=False, show_default=True,
+                 help="Forecast fused execution (torch.compile-style fusion groups; with "
+                      "--parallel, Megatron-LM's fused kernels)."),
+    click.option("--predictor", default="default", show_default=True,
+                 help="default (learned if shipped), learned, roofline, or a .onnx path."),
+    click.option("--math", type=click.Choice(MATH_MODES), default=None,
+                 help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
+                      "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
+                      "graph under torch.autocast, casts costed)."),
+    click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
+                 help="eager (per-kernel host dispatch; default), cudagraph (torch.cuda."
+                      "graphs replay: no dispatch floor) or graph (XLA / TensorRT-style: "
+                      "no dispatch floor, BN folded into Conv, adds and ReLU / GELU in "
+                      "Conv and GEMM epilogues)."),
+)
+model_options = _model_options(click.option(
+    "--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
+    help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every other dim is derived."))
+grid_model_options = _model_options(click.option(
+    "--dim", "dims", multiple=True, callback=parse_dim_grid, metavar="NAME=N[,N...]",
+    help="Bind a graph input dim to each of these values (repeatable), e.g. --dim "
+         "batch=1,8,32; with several dims, every combination."))
 
 
 def parallel_options(fn: Callable) -> Callable:

@@ -1,0 +1,122 @@
+"""``tilecast sweep`` / ``tilecast.sweep``: one model over several GPUs and input sizes."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import onnx
+import onnx.parser
+import pytest
+from click.testing import CliRunner
+
+import tilecast
+from tilecast.cli import main
+from tilecast.errors import TilecastError
+from tilecast.sweep import render_sweep, sweep
+
+# A two-layer MLP whose batch is symbolic: every row binds it.
+MLP = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[batch, 256] x, float[256, 512] w, float[512, 512] w2) => (float[batch, 512] y) {
+  h = MatMul(x, w)
+  r = Relu(h)
+  y = MatMul(r, w2)
+}"""
+
+
+@pytest.fixture
+def mlp(tmp_path):
+    path = tmp_path / "mlp.onnx"
+    onnx.save(onnx.parser.parse_model(MLP), path)
+    return path
+
+
+def test_rows_are_the_forecasts_of_each_gpu_and_batch(mlp):
+    s = sweep(mlp, ["t4", "h100"], {"batch": [1, 64]}, predictor="roofline")
+    assert [(r.device, dict(r.dims)["batch"]) for r in s.rows] == [
+        ("Tesla T4", 1), ("Tesla T4", 64), ("NVIDIA H100 SXM5 80GB", 1),
+        ("NVIDIA H100 SXM5 80GB", 64)]
+    for r in s.rows:
+        batch = dict(r.dims)["batch"]
+        f = tilecast.analyze(mlp, r.device, dims={"batch": batch}, predictor="roofline")
+        assert r.total_ms == pytest.approx(f.total_ms, abs=1e-4)
+        assert r.kernels == len(f.kernels) == 3
+        # samples/s = batch x 1000 / ms
+        assert r.samples_per_s == pytest.approx(batch * 1000 / f.total_ms, rel=1e-3)
+        assert r.top_family == "matmul" and 0 < r.top_family_share <= 1
+    t4, h100 = {dict(r.dims)["batch"]: r for r in s.rows[:2]}, s.rows[2:]
+    for r in h100:  # speedup: the first GPU's time at the same batch over this one's
+        base = t4[dict(r.dims)["batch"]].total_ms
+        assert r.speedup == pytest.approx(base / r.total_ms, rel=1e-3) and r.speedup > 1
+    assert all(r.speedup == 1.0 for r in t4.values())
+
+
+def test_a_gpu_without_the_math_mode_is_a_row_that_says_why(mlp):
+    s = sweep(mlp, ["t4", "a100-sxm4-40gb"], {"batch": [8]}, math="tf32", predictor="roofline")
+    t4, a100 = s.rows
+    assert t4.total_ms is None and "no TF32 tensor cores" in t4.skipped
+    # the first GPU that ran is the speedup baseline
+    assert a100.total_ms > 0 and a100.speedup == 1.0 and a100.skipped is None
+
+
+def test_dims_grid_takes_every_combination_last_dim_fastest(tmp_path):
+    text = MLP.replace("float[batch, 256] x", "float[batch, seq, 256] x").replace(
+        "float[batch, 512] y", "float[batch, seq, 512] y")
+    onnx.save(onnx.parser.parse_model(text), tmp_path / "m.onnx")
+    s = sweep(tmp_path / "m.onnx", ["l4"], {"batch": [1, 2], "seq": [4, 8]},
+              predictor="roofline")
+    assert [dict(r.dims) for r in s.rows] == [{"batch": 1, "seq": 4}, {"batch": 1, "seq": 8},
+                                              {"batch": 2, "seq": 4}, {"batch": 2, "seq": 8}]
+
+
+@pytest.mark.parametrize("devices, dims, match", [
+    ([], None, "at least one device"),
+    (["t4", "no-such-gpu"], None, "unknown device 'no-such-gpu'"),
+    (["t4"], {"batch": []}, "--dim batch has no value"),
+    (["t4"], {"width": [2]}, "no input dim named 'width'"),
+])
+def test_bad_requests_raise_one_clear_error(mlp, devices, dims, match):
+    with pytest.raises(TilecastError, match=match):
+        sweep(mlp, devices, dims, predictor="roofline")
+
+
+def _cli(*args: str):
+    return CliRunner().invoke(main, ["sweep", *args])
+
+
+def test_cli_formats(mlp):
+    common = [str(mlp), "-d", "t4,l4", "-d", "h100", "--dim", "batch=1,8", "--predictor",
+              "roofline"]
+    table = _cli(*common)
+    assert table.exit_code == 0, table.output
+    assert "speedup against Tesla T4" in table.output and "batch=8" in table.output
+    md = _cli(*common, "--format", "markdown")
+    assert "| device | dims | total_ms |" in md.output
+    rows = list(csv.DictReader(io.StringIO(_cli(*common, "--format", "csv").output)))
+    assert len(rows) == 6 and rows[0]["batch"] == "1" and rows[0]["speedup"] == "1.0"
+    data = json.loads(_cli(*common, "--format", "json").output)
+    assert data["kind"] == "sweep" and len(data["rows"]) == 6
+    assert data["rows"][-1]["dims"] == {"batch": 8}
+    assert render_sweep(sweep(mlp, ["t4"], {"batch": [1]}, predictor="roofline"), "json")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-d", "t4", "--dim", "batch=1,x"], "expected NAME=N[,N...]"),
+    (["-d", "t4", "--dim", "batch=0"], "expected NAME=N[,N...]"),
+    (["-d", ","], "expected GPU names"),
+    (["-d", "t4,nope"], "Error: unknown device 'nope'"),
+    (["-d", "t4", "--dim", "seq=4"], "no input dim named 'seq'"),
+    (["-d", "t4", "--math", "tf32"], "no GPU given can run --math tf32"),
+])
+def test_cli_bad_input_is_one_error_line(mlp, args, message):
+    res = _cli(str(mlp), *args, "--predictor", "roofline")
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+
+
+def test_cli_repeated_values_are_swept_once(mlp):
+    res = _cli(str(mlp), "-d", "t4", "--dim", "batch=4,4,2", "--predictor", "roofline",
+               "--format", "json")
+    assert [r["dims"]["batch"] for r in json.loads(res.output)["rows"]] == [4, 2]

@@ -1,0 +1,46 @@
+"""``tilecast sweep``: one model on several GPUs and input sizes, a row each."""
+
+from __future__ import annotations
+
+import click
+
+from .cli_options import grid_model_options, output_options, write_output
+
+
+def _devices(values: tuple[str, ...]) -> list[str]:
+    """``-d l4,h100 -d t4`` -> [l4, h100, t4] (a name with a comma cannot be a GPU's)."""
+    names = [n.strip() for v in values for n in v.split(",")]
+    if not names or not all(names):
+        raise click.BadParameter("expected GPU names or aliases, e.g. -d t4,l4,h100",
+                                 param_hint="'-d' / '--device'")
+    return names
+
+
+@click.command("sweep")
+@click.argument("model", type=click.Path(dir_okay=False))
+@click.option("-d", "--device", "devices", multiple=True, required=True,
+              help="GPUs (names, aliases or device JSON paths), comma-separated or repeated; "
+                   "the first is the speedup baseline.")
+@grid_model_options
+@click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
+              show_default=True, help="Training mode: add the optimizer step.")
+@output_options(("table", "json", "csv", "markdown"))
+def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]], mode: str,
+          fusion: bool, predictor: str, math: str | None, runtime: str | None,
+          optimizer: str, fmt: str, output: str | None) -> None:
+    """Forecast MODEL on several GPUs and input sizes: total time, speedup over the first
+    GPU, samples/s (with a dim named batch) and where the time goes, a row each.
+
+    \b
+    Example:
+      tilecast sweep model.onnx -d t4,l4,a100-80gb,h100
+      tilecast sweep model.onnx -d l4,h100 --dim batch=1,8,32,128 --runtime graph
+      tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math tf32 --format markdown
+      tilecast sweep model.onnx -d l4 -d h100 --mode training --optimizer adam --format csv
+    """
+    from .sweep import render_sweep
+    from .sweep import sweep as run
+
+    result = run(model, _devices(devices), dims, mode=mode, fusion=fusion, predictor=predictor,
+                 optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
+    write_output(render_sweep(result, fmt), output)
