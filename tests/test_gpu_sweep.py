@@ -62,13 +62,16 @@ def test_a_gpu_without_the_math_mode_is_a_row_that_says_why(mlp):
 
 
 def test_dims_grid_takes_every_combination_last_dim_fastest(tmp_path):
-    text = MLP.replace("float[batch, 256] x", "float[batch, seq, 256] x").replace(
-        "float[batch, 512] y", "float[batch, seq, 512] y")
+    text = MLP.replace("float[batch, 256] x", "float[batch_size, seq, 256] x").replace(
+        "float[batch, 512] y", "float[batch_size, seq, 512] y")
     onnx.save(onnx.parser.parse_model(text), tmp_path / "m.onnx")
-    s = sweep(tmp_path / "m.onnx", ["l4"], {"batch": [1, 2], "seq": [4, 8]},
+    s = sweep(tmp_path / "m.onnx", ["l4"], {"seq": [4, 8], "batch_size": [1, 2]},
               predictor="roofline")
-    assert [dict(r.dims) for r in s.rows] == [{"batch": 1, "seq": 4}, {"batch": 1, "seq": 8},
-                                              {"batch": 2, "seq": 4}, {"batch": 2, "seq": 8}]
+    assert [dict(r.dims) for r in s.rows] == [
+        {"seq": 4, "batch_size": 1}, {"seq": 4, "batch_size": 2},
+        {"seq": 8, "batch_size": 1}, {"seq": 8, "batch_size": 2}]
+    # samples/s counts the dim that names the batch, whatever its position
+    assert [round(r.samples_per_s * r.total_ms / 1000) for r in s.rows] == [1, 2, 1, 2]
 
 
 @pytest.mark.parametrize("devices, dims, match", [

@@ -29,7 +29,7 @@ def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]]
           fusion: bool, predictor: str, math: str | None, runtime: str | None,
           optimizer: str, fmt: str, output: str | None) -> None:
     """Forecast MODEL on several GPUs and input sizes: total time, speedup over the first
-    GPU, samples/s (with a dim named batch) and where the time goes, a row each.
+    GPU, samples/s (with a dim named like batch) and where the time goes, a row each.
 
     \b
     Example:

@@ -20,7 +20,11 @@ from ..device_db import Device, load_device
 from ..errors import TilecastError
 
 SCHEMA_VERSION = 1
-BATCH_DIM = "batch"  # the input dim whose value counts samples (throughput)
+
+def _batch(point: tuple[tuple[str, int], ...]) -> int | None:
+    """The value of the first bound dim whose name says batch (batch, batch_size, Batch...):
+    the samples a forecast serves, for samples/s."""
+    return next((v for k, v in point if "batch" in k.lower()), None)
 
 
 @dataclass(frozen=True)
@@ -32,7 +36,7 @@ class SweepRow:
     dims: tuple[tuple[str, int], ...]  # the input dims bound for this row, in sweep order
     total_ms: float | None
     speedup: float | None  # the first GPU's total / this one's, at the same dims
-    samples_per_s: float | None  # batch x 1000 / total_ms where a dim named batch is bound
+    samples_per_s: float | None  # batch x 1000 / total_ms where a dim named *batch* is bound
     top_family: str | None  # the kernel family with the most time
     top_family_share: float | None
     compute_bound_share: float | None  # share of the time in compute-bound kernels
@@ -79,7 +83,7 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
     families = f.by_family
     top = next(iter(families), None)
     compute = sum(k.latency_ms for k in f.kernels if k.bound == "compute")
-    batch = dict(point).get(BATCH_DIM)
+    batch = _batch(point)
 
     def share(ms: float) -> float | None:
         return round(ms / total, 4) if total > 0 else None
