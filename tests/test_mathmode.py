@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import tilecast
-from tilecast.analyzer.mathmode import AUTOCAST_REASON, MATH_MODES
+from tilecast.analyzer.mathmode import AUTOCAST_REASON, FOLDED_WEIGHT_CAST, MATH_MODES
 from tilecast.cli import main
 
 # x -> MatMul(w1) -> Relu -> MatMul(w2): every op autocasts to half or runs in its input type.
@@ -245,3 +245,19 @@ def test_cast_kernels_carry_the_autocast_reason():
 
     results = autocast_results(cost_graph(build_graph(_model(MLP, "float"))), "float16")
     assert sum(r.reason == AUTOCAST_REASON for r in results) == 3
+
+
+@pytest.mark.parametrize("runtime, mode, weight_casts", [
+    ("graph", "inference", 0),     # the engine is built with half weights: cast once, not per pass
+    ("cudagraph", "inference", 2),  # a replay runs autocast's per-forward weight casts
+    ("eager", "inference", 2),
+    ("graph", "training", 2),      # weights change every step: cast every step
+])
+def test_a_compiled_engine_casts_its_weights_at_build(runtime, mode, weight_casts):
+    f = tilecast.analyze(_model(MLP, "float"), "a100-sxm4-40gb", predictor="roofline",
+                         math="amp-fp16", runtime=runtime, mode=mode)
+    casts = [k.kernel.name for k in f.kernels if k.kernel.op_type == "Cast"]
+    assert sum(n.startswith(("w1/", "w2/")) for n in casts) == weight_casts
+    assert sum(n.startswith("x/") for n in casts) == 1  # the input is cast every pass
+    folded = {z.reason: z.count for z in f.zero_cost_reasons}.get(FOLDED_WEIGHT_CAST, 0)
+    assert folded == 2 - weight_casts

@@ -21,7 +21,9 @@ Reference, https://pytorch.org/docs/stable/amp.html#autocast-op-reference):
 Casts are kernels: an activation cast per consumer (autocast does not cache them), a weight
 cast once per weight and forward pass (autocast's cast cache holds leaf tensors that require
 grad for the autocast region). In training the backward derives from the rewritten graph, so
-every cast gets its gradient cast and the fp32 master weights their accumulation.
+every cast gets its gradient cast and the fp32 master weights their accumulation. A compiled
+inference engine (``--runtime graph``) holds its weights as constants, cast once when it is
+built, as it folds batch norm into them (``fold_weight_casts``): no weight cast runs per pass.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ INPUT0 = frozenset({("", "BatchNormalization"), ("", "InstanceNormalization")})
 _RANK = {"float16": 1, "bfloat16": 1, "float32": 2, "float64": 3}
 _ONNX_ID = {name: i for i, (name, _) in DTYPES.items()}
 AUTOCAST_REASON = "cast inserted by autocast"
+FOLDED_WEIGHT_CAST = "weight cast folded at build (graph runtime): the engine stores it in half"
 
 
 def check_math(math: str, device: Device) -> None:
@@ -206,3 +209,14 @@ def apply_autocast(results: Sequence[NodeResult], math: str) -> tuple[NodeResult
     half = AMP_DTYPES.get(math)
     return tuple(results) if half is None else autocast_results(results, half)
 
+
+
+def fold_weight_casts(results: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
+    """Inference under a graph runtime: the autocast casts of weights (initializers) are done
+    once, when the engine is built (TensorRT builds fp16 engines from fp32 weights, XLA and
+    Inductor's freezing constant-fold them); zero-cost, with a reason. Activation casts stay."""
+    return tuple(
+        NodeResult(r.node, "zero", None, FOLDED_WEIGHT_CAST)
+        if r.reason == AUTOCAST_REASON and r.node.inputs and r.node.inputs[0] is not None
+        and r.node.inputs[0].is_initializer else r
+        for r in results)

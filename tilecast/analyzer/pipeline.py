@@ -18,7 +18,7 @@ from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
 from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
-from .mathmode import apply_autocast, check_math, tf32_kernels
+from .mathmode import apply_autocast, check_math, fold_weight_casts, tf32_kernels
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
@@ -125,7 +125,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
     if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
-        results = fuse_epilogues(results, graph.outputs)
+        results = fuse_epilogues(fold_weight_casts(results), graph.outputs)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)
     if mode == "training":
