@@ -61,6 +61,23 @@ def test_a_gpu_without_the_math_mode_is_a_row_that_says_why(mlp):
     assert a100.total_ms > 0 and a100.speedup == 1.0 and a100.skipped is None
 
 
+def test_math_modes_and_runtimes_are_rows_of_their_own(mlp):
+    s = sweep(mlp, ["t4", "a100-sxm4-40gb"], {"batch": [32]}, predictor="roofline",
+              math=["graph", "tf32", "amp-fp16"], runtime=["eager", "graph"])
+    assert [(r.device[:4], r.math, r.runtime) for r in s.rows] == [
+        (d, m, rt) for d in ("Tesl", "NVID") for m in ("graph", "tf32", "amp-fp16")
+        for rt in ("eager", "graph")]
+    for r in s.rows:
+        if r.total_ms is None:  # the T4 has no TF32
+            assert r.device == "Tesla T4" and r.math == "tf32"
+            continue
+        f = tilecast.analyze(mlp, r.device, dims={"batch": 32}, predictor="roofline",
+                             math=r.math, runtime=r.runtime)
+        assert r.total_ms == pytest.approx(f.total_ms, abs=1e-6)
+        # speedup: the sweep's first forecast (T4, graph, eager) over this one
+        assert r.speedup == pytest.approx(s.rows[0].total_ms / f.total_ms, rel=1e-3)
+
+
 def test_dims_grid_takes_every_combination_last_dim_fastest(tmp_path):
     text = MLP.replace("float[batch, 256] x", "float[batch_size, seq, 256] x").replace(
         "float[batch, 512] y", "float[batch_size, seq, 512] y")
@@ -96,7 +113,7 @@ def test_cli_formats(mlp):
     assert table.exit_code == 0, table.output
     assert "speedup against Tesla T4" in table.output and "batch=8" in table.output
     md = _cli(*common, "--format", "markdown")
-    assert "| device | dims | total_ms |" in md.output
+    assert "| device | math | runtime | dims | total_ms |" in md.output
     rows = list(csv.DictReader(io.StringIO(_cli(*common, "--format", "csv").output)))
     assert len(rows) == 6 and rows[0]["batch"] == "1" and rows[0]["speedup"] == "1.0"
     data = json.loads(_cli(*common, "--format", "json").output)
@@ -111,7 +128,9 @@ def test_cli_formats(mlp):
     (["-d", ","], "expected GPU names"),
     (["-d", "t4,nope"], "Error: unknown device 'nope'"),
     (["-d", "t4", "--dim", "seq=4"], "no input dim named 'seq'"),
-    (["-d", "t4", "--math", "tf32"], "no GPU given can run --math tf32"),
+    (["-d", "t4", "--math", "tf32"], "no GPU given can run what was asked"),
+    (["-d", "t4", "--math", "graph,fp8"], "'fp8': choose from graph, tf32"),
+    (["-d", "t4", "--runtime", "eager,jit"], "'jit': choose from eager"),
 ])
 def test_cli_bad_input_is_one_error_line(mlp, args, message):
     res = _cli(str(mlp), *args, "--predictor", "roofline")

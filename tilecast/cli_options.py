@@ -104,15 +104,30 @@ def parse_dim_grid(_ctx: click.Context, _param: click.Parameter, values: tuple[s
     return dims
 
 
-def _model_options(dim_option: Callable) -> Callable[[Callable], Callable]:
+def _model_options(*options: Callable) -> Callable[[Callable], Callable]:
     def deco(fn: Callable) -> Callable:
-        for opt in reversed((dim_option, *_MODEL_OPTIONS)):
+        for opt in reversed(options):
             fn = opt(fn)
         return fn
     return deco
 
 
-_MODEL_OPTIONS = (
+def parse_choices(choices: tuple[str, ...]) -> Callable:
+    """A callback for a comma-separated list of ``choices`` (``--math graph,amp-bf16``)."""
+    def parse(_ctx: click.Context, _param: click.Parameter, value: str | None,
+              ) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        names = tuple(dict.fromkeys(v.strip() for v in value.split(",")))
+        bad = [n for n in names if n not in choices]
+        if bad:
+            raise click.BadParameter(f"{', '.join(map(repr, bad))}: choose from "
+                                     f"{', '.join(choices)} (comma-separated)")
+        return names
+    return parse
+
+
+_MODE_OPTIONS = (
     click.option("--mode", type=click.Choice(("inference", "training")),
                  default="inference", show_default=True),
     click.option("--fusion/--no-fusion", default=False, show_default=True,
@@ -120,23 +135,31 @@ _MODEL_OPTIONS = (
                       "--parallel, Megatron-LM's fused kernels)."),
     click.option("--predictor", default="default", show_default=True,
                  help="default (learned if shipped), learned, roofline, or a .onnx path."),
-    click.option("--math", type=click.Choice(MATH_MODES), default=None,
-                 help="Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 "
-                      "matmul/conv on TF32 tensor cores), amp-fp16 / amp-bf16 (an fp32 "
-                      "graph under torch.autocast, casts costed)."),
-    click.option("--runtime", type=click.Choice(RUNTIMES), default=None,
-                 help="eager (per-kernel host dispatch; default), cudagraph (torch.cuda."
-                      "graphs replay: no dispatch floor) or graph (XLA / TensorRT-style: "
-                      "no dispatch floor, BN folded into Conv, adds and ReLU / GELU in "
-                      "Conv and GEMM epilogues)."),
 )
-model_options = _model_options(click.option(
-    "--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
-    help="Bind a graph input dim (repeatable), e.g. --dim batch=8; every other dim is derived."))
-grid_model_options = _model_options(click.option(
-    "--dim", "dims", multiple=True, callback=parse_dim_grid, metavar="NAME=N[,N...]",
-    help="Bind a graph input dim to each of these values (repeatable), e.g. --dim "
-         "batch=1,8,32; with several dims, every combination."))
+_MATH_HELP = ("Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 matmul/conv on TF32 "
+              "tensor cores), amp-fp16 / amp-bf16 (an fp32 graph under torch.autocast, casts "
+              "costed).")
+_RUNTIME_HELP = ("eager (per-kernel host dispatch; default), cudagraph (torch.cuda.graphs "
+                 "replay: no dispatch floor) or graph (XLA / TensorRT-style: no dispatch floor, "
+                 "BN folded into Conv, adds and ReLU / GELU in Conv and GEMM epilogues).")
+_DIM_HELP = "Bind a graph input dim (repeatable), e.g. --dim batch=8; every other dim is derived."
+model_options = _model_options(
+    click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
+                 help=_DIM_HELP),
+    *_MODE_OPTIONS,
+    click.option("--math", type=click.Choice(MATH_MODES), default=None, help=_MATH_HELP),
+    click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help=_RUNTIME_HELP))
+# tilecast sweep: lists of dim values, math modes and runtimes
+grid_model_options = _model_options(
+    click.option("--dim", "dims", multiple=True, callback=parse_dim_grid,
+                 metavar="NAME=N[,N...]", help="Bind a graph input dim to each of these "
+                 "values (repeatable), e.g. --dim batch=1,8,32; with several dims, every "
+                 "combination."),
+    *_MODE_OPTIONS,
+    click.option("--math", callback=parse_choices(MATH_MODES), metavar="MODE[,MODE...]",
+                 help=_MATH_HELP + " Several: a row each."),
+    click.option("--runtime", callback=parse_choices(RUNTIMES), metavar="RUNTIME[,...]",
+                 help=_RUNTIME_HELP + " Several: a row each."))
 
 
 def parallel_options(fn: Callable) -> Callable:

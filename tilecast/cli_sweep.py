@@ -1,4 +1,4 @@
-"""``tilecast sweep``: one model on several GPUs and input sizes, a row each."""
+"""``tilecast sweep``: one model on several GPUs, math modes, runtimes and input sizes."""
 
 from __future__ import annotations
 
@@ -20,27 +20,29 @@ def _devices(values: tuple[str, ...]) -> list[str]:
 @click.argument("model", type=click.Path(dir_okay=False))
 @click.option("-d", "--device", "devices", multiple=True, required=True,
               help="GPUs (names, aliases or device JSON paths), comma-separated or repeated; "
-                   "the first is the speedup baseline.")
+                   "the first, with the first --math and --runtime, is the speedup baseline.")
 @grid_model_options
 @click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
               show_default=True, help="Training mode: add the optimizer step.")
 @output_options(("table", "json", "csv", "markdown"))
 def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]], mode: str,
-          fusion: bool, predictor: str, math: str | None, runtime: str | None,
-          optimizer: str, fmt: str, output: str | None) -> None:
-    """Forecast MODEL on several GPUs and input sizes: total time, speedup over the first
-    GPU, samples/s (with a dim named like batch) and where the time goes, a row each.
+          fusion: bool, predictor: str, math: tuple[str, ...] | None,
+          runtime: tuple[str, ...] | None, optimizer: str, fmt: str, output: str | None) -> None:
+    """Forecast MODEL on several GPUs, math modes, runtimes and input sizes, a row each: total
+    time, speedup over the first row at the same sizes, samples/s (with a dim named like
+    batch) and where the time goes.
 
     \b
     Example:
       tilecast sweep model.onnx -d t4,l4,a100-80gb,h100
       tilecast sweep model.onnx -d l4,h100 --dim batch=1,8,32,128 --runtime graph
-      tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math tf32 --format markdown
+      tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math graph,tf32,amp-fp16
+      tilecast sweep llama.onnx -d h100,mi300x --runtime eager,cudagraph --format markdown
       tilecast sweep model.onnx -d l4 -d h100 --mode training --optimizer adam --format csv
     """
     from .sweep import render_sweep
     from .sweep import sweep as run
 
     result = run(model, _devices(devices), dims, mode=mode, fusion=fusion, predictor=predictor,
-                 optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
+                 optimizer=optimizer, math=math or ("graph",), runtime=runtime or ("eager",))
     write_output(render_sweep(result, fmt), output)

@@ -16,6 +16,7 @@ from ..analyzer.graph import build_graph, load_model
 from ..analyzer.mathmode import check_math
 from ..analyzer.pipeline import analyze, resolve_predictor
 from ..analyzer.predictor import Predictor
+from ..analyzer.runtime import check_runtime
 from ..device_db import Device, load_device
 from ..errors import TilecastError
 
@@ -29,13 +30,15 @@ def _batch(point: tuple[tuple[str, int], ...]) -> int | None:
 
 @dataclass(frozen=True)
 class SweepRow:
-    """One (GPU, input dims) forecast; ``total_ms`` is None where the GPU cannot run the math
-    mode (``skipped`` says why, as ``tilecast analyze`` would)."""
+    """One (GPU, math mode, runtime, input dims) forecast; ``total_ms`` is None where the GPU
+    cannot run the math mode (``skipped`` says why, as ``tilecast analyze`` would)."""
 
     device: str
+    math: str
+    runtime: str
     dims: tuple[tuple[str, int], ...]  # the input dims bound for this row, in sweep order
     total_ms: float | None
-    speedup: float | None  # the first GPU's total / this one's, at the same dims
+    speedup: float | None  # the sweep's first forecast at the same dims / this one
     samples_per_s: float | None  # batch x 1000 / total_ms where a dim named *batch* is bound
     top_family: str | None  # the kernel family with the most time
     top_family_share: float | None
@@ -48,12 +51,11 @@ class SweepRow:
 
 @dataclass(frozen=True)
 class Sweep:
-    """Rows in the order GPU-major, then each dim grid point (the last dim varies fastest)."""
+    """Rows GPU-major, then math mode, runtime and each dim grid point (the last dim varies
+    fastest)."""
 
     model: str
     mode: str
-    math: str
-    runtime: str
     predictor: str
     rows: tuple[SweepRow, ...]
 
@@ -62,8 +64,8 @@ class Sweep:
 
         rows = [asdict(r) | {"dims": dict(r.dims)} for r in self.rows]
         return {"schema": SCHEMA_VERSION, "kind": "sweep", "tilecast_version": __version__,
-                "model": self.model, "mode": self.mode, "math": self.math,
-                "runtime": self.runtime, "predictor": self.predictor, "rows": rows}
+                "model": self.model, "mode": self.mode, "predictor": self.predictor,
+                "rows": rows}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -89,7 +91,8 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
         return round(ms / total, 4) if total > 0 else None
 
     return SweepRow(
-        device=f.device.name, dims=point, total_ms=round(total, 6),
+        device=f.device.name, math=f.math, runtime=f.runtime, dims=point,
+        total_ms=round(total, 6),
         speedup=round(first_ms / total, 4) if first_ms and total > 0 else None,
         samples_per_s=round(batch * 1000.0 / total, 2) if batch and total > 0 else None,
         top_family=top, top_family_share=share(families[top]) if top else None,
@@ -97,12 +100,21 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
         extrapolated_kernels=sum(k.extrapolated for k in f.kernels), incomplete=f.incomplete)
 
 
+def _names(value: str | Sequence[str], what: str) -> tuple[str, ...]:
+    names = (value,) if isinstance(value, str) else tuple(dict.fromkeys(value))
+    if not names:
+        raise TilecastError(f"sweep: give at least one {what}")
+    return names
+
+
 def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
           devices: Sequence[str | os.PathLike[str] | Device],
           dims: Mapping[str, Sequence[int]] | None = None, *, mode: str = "inference",
           fusion: bool = False, predictor: str | os.PathLike[str] | Predictor | None = None,
-          optimizer: str = "none", math: str = "graph", runtime: str = "eager") -> Sweep:
-    """Forecast ``model`` on every device at every combination of ``dims`` values.
+          optimizer: str = "none", math: str | Sequence[str] = "graph",
+          runtime: str | Sequence[str] = "eager") -> Sweep:
+    """Forecast ``model`` on every device, under every math mode and runtime given, at every
+    combination of ``dims`` values.
 
     >>> s = sweep("model.onnx", ["l4", "h100"], {"batch": [1, 8, 32]})  # doctest: +SKIP
     >>> [(r.device, dict(r.dims)["batch"], r.total_ms) for r in s.rows]  # doctest: +SKIP
@@ -110,6 +122,9 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
     if not devices:
         raise TilecastError("sweep: give at least one device")
     devs = [load_device(d) for d in devices]  # a typo fails before any forecast runs
+    maths, runtimes = _names(math, "math mode"), _names(runtime, "runtime")
+    for rt in runtimes:
+        check_runtime(rt)
     proto, pred, points = load_model(model), resolve_predictor(predictor), _grid(dims)
     if isinstance(model, onnx.ModelProto):
         label = model.graph.name or "<in-memory model>"
@@ -119,17 +134,17 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
         build_graph(proto, dict(points[0]))
     first: dict[tuple[tuple[str, int], ...], float] = {}
     rows = []
-    for dev in devs:
+    for dev, mm, rt in itertools.product(devs, maths, runtimes):
         try:
-            check_math(math, dev)
+            check_math(mm, dev)
         except TilecastError as exc:
-            rows += [SweepRow(dev.name, p, None, None, None, None, None, None, 0, 0, False,
-                              skipped=str(exc)) for p in points]
+            rows += [SweepRow(dev.name, mm, rt, p, None, None, None, None, None, None, 0, 0,
+                              False, skipped=str(exc)) for p in points]
             continue
         for p in points:
             f = analyze(proto, dev, mode=mode, fusion=fusion, dims=dict(p), predictor=pred,
-                        optimizer=optimizer, math=math, runtime=runtime)
+                        optimizer=optimizer, math=mm, runtime=rt)
             rows.append(_row(f, p, first.setdefault(p, f.total_ms)))
     if all(r.skipped for r in rows):
-        raise TilecastError(f"sweep: no GPU given can run --math {math} ({rows[0].skipped})")
-    return Sweep(label, mode, math, runtime, pred.name, tuple(rows))
+        raise TilecastError(f"sweep: no GPU given can run what was asked ({rows[0].skipped})")
+    return Sweep(label, mode, pred.name, tuple(rows))

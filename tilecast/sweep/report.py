@@ -8,8 +8,8 @@ import io
 from ..parallel.report import _table
 from .api import Sweep, SweepRow
 
-COLUMNS = ("device", "dims", "total_ms", "speedup", "samples_per_s", "top_family",
-           "compute_bound", "extrapolated", "note")
+COLUMNS = ("device", "math", "runtime", "dims", "total_ms", "speedup", "samples_per_s",
+           "top_family", "compute_bound", "extrapolated", "note")
 
 
 def _pct(x: float | None) -> str:
@@ -19,10 +19,11 @@ def _pct(x: float | None) -> str:
 def _cells(r: SweepRow) -> list[str]:
     dims = ",".join(f"{k}={v}" for k, v in r.dims) or "-"
     if r.total_ms is None:
-        return [r.device, dims, "-", "-", "-", "-", "-", "-", r.skipped or ""]
+        return [r.device, r.math, r.runtime, dims, "-", "-", "-", "-", "-", "-",
+                r.skipped or ""]
     note = "incomplete: unsupported or unshaped ops" if r.incomplete else ""
     top = f"{r.top_family} {_pct(r.top_family_share)}" if r.top_family else "-"
-    return [r.device, dims, f"{r.total_ms:.3f}",
+    return [r.device, r.math, r.runtime, dims, f"{r.total_ms:.3f}",
             "-" if r.speedup is None else f"{r.speedup:.2f}x",
             "-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}", top,
             _pct(r.compute_bound_share), f"{r.extrapolated_kernels}/{r.kernels}", note]
@@ -36,25 +37,26 @@ def _csv(s: Sweep) -> str:
     names = list(dict.fromkeys(k for r in s.rows for k, _ in r.dims))
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["device", *names, *CSV_FIELDS])
+    writer.writerow(["device", "math", "runtime", *names, *CSV_FIELDS])
     for r in s.rows:
         dims = dict(r.dims)
         values = [getattr(r, f) for f in CSV_FIELDS]
-        writer.writerow([r.device, *(dims[n] for n in names),
+        writer.writerow([r.device, r.math, r.runtime, *(dims[n] for n in names),
                          *("" if v is None else v for v in values)])
     return out.getvalue()
 
 
 def render_sweep(s: Sweep, fmt: str) -> str:
-    """One row per (GPU, dims): the forecast, its speedup over the first GPU at the same
-    dims, and what the time goes to."""
+    """One row per (GPU, math mode, runtime, dims): the forecast, its speedup over the first
+    forecast at the same dims, and what the time goes to."""
     if fmt == "json":
         return s.to_json()
     if fmt == "csv":  # raw values, one column per dim
         return _csv(s)
     rows = [_cells(r) for r in s.rows]
-    first = next((r.device for r in s.rows if r.total_ms is not None), "-")
-    head = (f"{s.model}: {s.mode}, math {s.math}, runtime {s.runtime}, predictor "
-            f"{s.predictor}; speedup against {first} at the same dims\n")
+    first = next((r for r in s.rows if r.total_ms is not None), None)
+    base = f"{first.device}, math {first.math}, runtime {first.runtime}" if first else "-"
+    head = (f"{s.model}: {s.mode}, predictor {s.predictor}; speedup against {base} at the "
+            "same dims\n")
     md = fmt == "markdown"
     return head + ("\n" if md else "") + _table(COLUMNS, rows, md)
