@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
+from pathlib import Path
 
 import onnx
 import onnx.parser
@@ -12,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 import tilecast
+import tilecast.device_db
 from tilecast.cli import main
 from tilecast.errors import TilecastError
 from tilecast.sweep import render_sweep, sweep
@@ -142,3 +145,13 @@ def test_cli_repeated_values_are_swept_once(mlp):
     res = _cli(str(mlp), "-d", "t4", "--dim", "batch=4,4,2", "--predictor", "roofline",
                "--format", "json")
     assert [r["dims"]["batch"] for r in json.loads(res.output)["rows"]] == [4, 2]
+
+
+def test_a_device_json_path_with_a_comma_is_one_device(mlp, tmp_path):
+    gpus = Path(tilecast.device_db.__file__).parent / "gpus"
+    path = tmp_path / "my,gpu.json"
+    shutil.copy(gpus / "nvidia_t4.json", path)
+    res = _cli(str(mlp), "-d", str(path), "-d", "l4", "--dim", "batch=2", "--predictor",
+               "roofline", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert [r["device"] for r in json.loads(res.output)["rows"]] == ["Tesla T4", "NVIDIA L4"]

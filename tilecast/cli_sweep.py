@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from .cli_options import grid_model_options, output_options, write_output
 
 
 def _devices(values: tuple[str, ...]) -> list[str]:
-    """``-d l4,h100 -d t4`` -> [l4, h100, t4] (a name with a comma cannot be a GPU's)."""
-    names = [n.strip() for v in values for n in v.split(",")]
+    """``-d l4,h100 -d t4`` -> [l4, h100, t4]: no GPU name holds a comma; a device JSON path
+    that does is taken whole."""
+    names = [n.strip() for v in values for n in ([v] if Path(v).is_file() else v.split(","))]
     if not names or not all(names):
         raise click.BadParameter("expected GPU names or aliases, e.g. -d t4,l4,h100",
                                  param_hint="'-d' / '--device'")
