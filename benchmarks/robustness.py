@@ -306,10 +306,31 @@ def serve_case(rng: random.Random, ws: dict, n: int) -> Case:
                      rng.choice(["batch=2", "seq", "x=0", "=4"]), *RF], False
 
 
+def sweep_case(rng: random.Random, ws: dict, n: int) -> Case:
+    """A broken graph, or the valid one with a bad GPU list, --dim grid, --math or --runtime."""
+    model = str(ws["root"] / "m.onnx")
+    kind = rng.choice(("graph", "device", "dim", "math", "runtime"))
+    if kind == "graph":
+        return "sweep", [_file(ws, f"w{n}.onnx", broken_graph_bytes(rng, ws)), "-d", "l4,t4",
+                         *RF], False
+    if kind == "device":
+        return "sweep", [model, "-d", rng.choice(["", ",", "l4,,t4", "l4,nope", " , "]),
+                         *RF], False
+    if kind == "dim":
+        return "sweep", [model, "-d", "l4", "--dim", rng.choice(
+            ["batch=1,0", "batch=", "=1,2", "batch=1,x", "batch=-1", "nodim=2", "batch=1.5"]),
+            *RF], False
+    if kind == "math":  # the T4 runs neither tf32 nor bf16: no row can run
+        return "sweep", [model, "-d", "t4", "--math", rng.choice(
+            ["", "graph,,tf32", "fp8", "tf32", "tf32,amp-bf16"]), *RF], False
+    return "sweep", [model, "-d", "l4", "--runtime", rng.choice(["", "eager,", "jit",
+                                                                 "eager,graph,xla"]), *RF], False
+
+
 GENERATORS: dict[str, Callable[[random.Random, dict, int], Case]] = {
     "analyze": analyze_case, "compare": compare_case, "gate": gate_case,
     "evaluate": evaluate_case, "kernels-eval": kernels_eval_case, "device": device_case,
-    "serve": serve_case,
+    "serve": serve_case, "sweep": sweep_case,
 }
 
 
@@ -334,7 +355,9 @@ def controls(ws: dict) -> list[Case]:
             ("evaluate", [str(ev / "labels"), "--models", str(ev / "models"), *RF], True),
             ("kernels-eval", ["--data", str(ke.parent.parent)], True),
             ("device", ["analyze", str(root / "m.onnx"), "-d", device, *RF], True),
-            ("serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "8", *RF], True)]
+            ("serve", [str(root / "gpt.onnx"), "-d", "l4", "--generate", "8", *RF], True),
+            ("sweep", [str(root / "m.onnx"), "-d", "l4,t4", "--math", "graph,amp-fp16",
+                       "--runtime", "eager,graph", *RF], True)]
 
 
 # --- running and classifying ----------------------------------------------------------------------
