@@ -141,6 +141,15 @@ def test_cli_bad_input_is_one_error_line(mlp, args, message):
     assert message in res.output and "Traceback" not in res.output
 
 
+def test_cli_a_long_list_of_gpus_is_not_read_as_a_path(mlp):
+    # 40 names: longer than a file name may be (is_file raises "File name too long")
+    names = ",".join(["Tesla T4"] * 40)
+    res = _cli(str(mlp), "-d", names, "--dim", "batch=1", "--predictor", "roofline",
+               "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert len(json.loads(res.output)["rows"]) == 40
+
+
 def test_cli_repeated_values_are_swept_once(mlp):
     res = _cli(str(mlp), "-d", "t4", "--dim", "batch=4,4,2", "--predictor", "roofline",
                "--format", "json")

@@ -9,10 +9,17 @@ import click
 from .cli_options import grid_model_options, output_options, write_output
 
 
+def _is_file(value: str) -> bool:
+    try:
+        return Path(value).is_file()
+    except (OSError, ValueError):  # too long for a path, or a NUL byte: a list of names
+        return False
+
+
 def _devices(values: tuple[str, ...]) -> list[str]:
     """``-d l4,h100 -d t4`` -> [l4, h100, t4]: no GPU name holds a comma; a device JSON path
     that does is taken whole."""
-    names = [n.strip() for v in values for n in ([v] if Path(v).is_file() else v.split(","))]
+    names = [n.strip() for v in values for n in ([v] if _is_file(v) else v.split(","))]
     if not names or not all(names):
         raise click.BadParameter("expected GPU names or aliases, e.g. -d t4,l4,h100",
                                  param_hint="'-d' / '--device'")
