@@ -105,6 +105,16 @@ def test_bad_requests_raise_one_clear_error(mlp, devices, dims, match):
         sweep(mlp, devices, dims, predictor="roofline")
 
 
+@pytest.mark.parametrize("math, runtime, match", [
+    (["graph", "fp8"], "eager", "unknown math mode 'fp8'"),  # not a row per GPU
+    ([], "eager", "at least one math mode"),
+    ("graph", ["eager", "jit"], "runtime"),
+])
+def test_bad_math_or_runtime_names_raise(mlp, math, runtime, match):
+    with pytest.raises(TilecastError, match=match):
+        sweep(mlp, ["t4"], {"batch": [1]}, predictor="roofline", math=math, runtime=runtime)
+
+
 def _cli(*args: str):
     return CliRunner().invoke(main, ["sweep", *args])
 

@@ -13,7 +13,7 @@ import onnx
 
 from ..analyzer.forecast import Forecast
 from ..analyzer.graph import build_graph, load_model
-from ..analyzer.mathmode import check_math
+from ..analyzer.mathmode import MATH_MODES, check_math
 from ..analyzer.pipeline import analyze, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.runtime import check_runtime
@@ -100,6 +100,14 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
         extrapolated_kernels=sum(k.extrapolated for k in f.kernels), incomplete=f.incomplete)
 
 
+def _skipped(device: str, math: str, runtime: str, point: tuple[tuple[str, int], ...],
+             reason: str) -> SweepRow:
+    return SweepRow(device=device, math=math, runtime=runtime, dims=point, total_ms=None,
+                    speedup=None, samples_per_s=None, top_family=None, top_family_share=None,
+                    compute_bound_share=None, kernels=0, extrapolated_kernels=0,
+                    incomplete=False, skipped=reason)
+
+
 def _names(value: str | Sequence[str], what: str) -> tuple[str, ...]:
     names = (value,) if isinstance(value, str) else tuple(dict.fromkeys(value))
     if not names:
@@ -123,6 +131,9 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
         raise TilecastError("sweep: give at least one device")
     devs = [load_device(d) for d in devices]  # a typo fails before any forecast runs
     maths, runtimes = _names(math, "math mode"), _names(runtime, "runtime")
+    for mm in maths:  # a name no GPU knows is an error, not a row per GPU
+        if mm not in MATH_MODES:
+            raise TilecastError(f"unknown math mode {mm!r}: choose one of {', '.join(MATH_MODES)}")
     for rt in runtimes:
         check_runtime(rt)
     proto, pred, points = load_model(model), resolve_predictor(predictor), _grid(dims)
@@ -138,8 +149,7 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
         try:
             check_math(mm, dev)
         except TilecastError as exc:
-            rows += [SweepRow(dev.name, mm, rt, p, None, None, None, None, None, None, 0, 0,
-                              False, skipped=str(exc)) for p in points]
+            rows += [_skipped(dev.name, mm, rt, p, str(exc)) for p in points]
             continue
         for p in points:
             f = analyze(proto, dev, mode=mode, fusion=fusion, dims=dict(p), predictor=pred,
