@@ -43,6 +43,16 @@ def test_inference_label_and_its_config(tmp_path, config):
     assert json.loads((out / "models" / "tiny.json").read_text()) == TINY
 
 
+def _training_label(tmp_path: Path, config: Path) -> dict:
+    """A one-layer training step at batch 2 x 16 tokens, collected on the CPU."""
+    out = tmp_path / "out"
+    r = _run(str(config), "-b", "2", "-s", "16", "--mode", "training", "--layers", "1",
+             "--out", str(out))
+    assert r.exit_code == 0, r.output
+    return json.loads((out / "labels-bfloat16-eager" / "cpu" / "tiny-L1-train-16-2.json")
+                      .read_text())
+
+
 def test_training_label_splits_forward_and_backward(tmp_path, config, monkeypatch):
     # The backward is the step's median less the forward's. Real CPU timings cannot pin it:
     # with both cores busy a sub-millisecond forward's jitter swallowed it (0 at 2 and 5
@@ -56,27 +66,17 @@ def test_training_label_splits_forward_and_backward(tmp_path, config, monkeypatc
         return next(timed)
 
     monkeypatch.setattr("tilecast.collect.labels._median", fake_median)
-    out = tmp_path / "out"
-    r = _run(str(config), "-b", "2", "-s", "16", "--mode", "training", "--layers", "1",
-             "--out", str(out))
-    assert r.exit_code == 0, r.output
-    label = json.loads((out / "labels-bfloat16-eager" / "cpu" / "tiny-L1-train-16-2.json")
-                       .read_text())
+    label = _training_label(tmp_path, config)
     assert len(calls) == 2 and calls[0] is not calls[1]  # the forward, then the step
     assert (label["fw_latency"], label["bwall_latency"], label["e2e_latency"]) == (1.5, 2.5, 4.0)
     assert label["num_layer"] == 1
-    assert json.loads((out / "models" / "tiny-L1.json").read_text())["n_layer"] == 1
+    assert json.loads((tmp_path / "out" / "models" / "tiny-L1.json").read_text())["n_layer"] == 1
 
 
 def test_a_training_step_is_timed_on_the_cpu(tmp_path, config):
     # the real timers; a loaded CPU may time the step no longer than the forward, and then
     # the label records no backward rather than a negative one
-    out = tmp_path / "out"
-    r = _run(str(config), "-b", "2", "-s", "16", "--mode", "training", "--layers", "1",
-             "--out", str(out))
-    assert r.exit_code == 0, r.output
-    label = json.loads((out / "labels-bfloat16-eager" / "cpu" / "tiny-L1-train-16-2.json")
-                       .read_text())
+    label = _training_label(tmp_path, config)
     assert label["fw_latency"] > 0 and label["e2e_latency"] > 0
     assert label["bwall_latency"] == pytest.approx(
         max(label["e2e_latency"] - label["fw_latency"], 0.0))

@@ -210,7 +210,6 @@ def apply_autocast(results: Sequence[NodeResult], math: str) -> tuple[NodeResult
     return tuple(results) if half is None else autocast_results(results, half)
 
 
-
 def fold_weight_casts(results: Sequence[NodeResult]) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: the autocast casts of weights (initializers) are done
     once, when the engine is built (TensorRT builds fp16 engines from fp32 weights, XLA and

@@ -31,6 +31,7 @@ from ..analyzer.forecast import Forecast, KernelForecast
 from ..analyzer.pipeline import resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.types import FAMILIES
+from ..analyzer.views import MATMULS
 from ..device_db import Device
 from ..errors import ConfigError
 from .fx_nodes import HOST, UNCLASSIFIED, FxNode, read_per_node_csv
@@ -41,7 +42,7 @@ from .runner import Progress, _no_labels, cached_export, default_cache_dir, fore
 PHASES = ("forward", "backward", "accumulate", "update")
 ORDER = (*FAMILIES, HOST, UNCLASSIFIED)  # row order within a phase: tilecast's families first
 ACCUMULATE_OP = "GradAccumulate"  # op_type of tilecast's gradient-accumulation kernels
-GEMM_OPS = frozenset({"MatMul", "Gemm", "FusedMatMul"})
+GEMM_OPS = frozenset(op for _, op in MATMULS)  # the GEMMs that read strided operands
 
 
 @dataclass(frozen=True)
