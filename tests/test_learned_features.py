@@ -71,6 +71,37 @@ def test_model_inputs_do_not_depend_on_size(family: str) -> None:
     assert (large.dram_ms + large.cached_ms >= small.dram_ms + small.cached_ms).all()
 
 
+def _elementwise(elements: float, device: str = "NVIDIA A100 SXM4 40GB") -> ft.Features:
+    kc = ft.KernelColumns(
+        flops=np.array([elements]), bytes=np.array([12.0 * elements]), itemsize=np.array([4.0]),
+        elements=np.array([elements]), b=np.ones(1), m=np.ones(1), n=np.ones(1), k=np.ones(1),
+        rows=np.ones(1), cols=np.array([elements]), tile_m=np.zeros(1), tile_n=np.zeros(1))
+    return ft.build_features("elementwise", kc, _device_columns(1, device))
+
+
+def test_a_partly_filled_streaming_wave_costs_its_share() -> None:
+    # A100 SXM4: 108 SMs x 16 resident 128-thread blocks = 1,728 blocks of 512 fp32 per wave.
+    capacity = 108 * 16 * 512
+    full, half, one = (_elementwise(e) for e in (capacity, capacity / 2, 128))
+    assert full.waves[0] == 1.0 and half.waves[0] == pytest.approx(0.5)
+    assert one.waves[0] == pytest.approx(1 / 1728)  # one block of 1,728
+    assert half.wave_ms[0] == pytest.approx(full.wave_ms[0] / 2)
+    # Past one wave, the tail wave still counts whole (the learned per-wave costs).
+    assert _elementwise(capacity + 512).waves[0] == 2.0
+    # Layer norm's and matmul's waves stay whole: a lone long-row block or GEMM tile is not
+    # held to a share of the DRAM bandwidth (docs/predictor.md, "Partly filled waves").
+    assert "layernorm" not in ft.STREAMING and "matmul" not in ft.STREAMING
+
+
+def test_tiny_streaming_kernels_wave_terms_do_not_name_the_gpu() -> None:
+    # 128 elements: one block on any GPU, so its per-wave terms are a few thousandths of a
+    # wave everywhere, and its wave bytes one block's (6 kB: 19 ns at a T4's 320 GB/s), not a
+    # whole wave of each GPU's SMs x resident blocks (P100: 896 blocks, 7.5 us).
+    for name in ("Tesla P100 PCIe 16GB", "Tesla T4", "NVIDIA H100 SXM5 80GB"):
+        f = _elementwise(128, name)
+        assert f.waves[0] < 0.01 and f.wave_ms[0] < 5e-5, name
+
+
 def test_roofline_terms_follow_the_device() -> None:
     kc = _columns(1)
     l4 = ft.build_features("matmul", kc, _device_columns(1, "NVIDIA L4"))

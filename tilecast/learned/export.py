@@ -234,21 +234,26 @@ def _family_io(w: FamilyWeights) -> tuple[list, list]:
 
 
 def _ensemble_graph(members: Sequence[FamilyWeights]) -> tuple[list, list, list, list]:
-    """Every member on the family's inputs; each output is the geometric mean of the
-    members' (``model.Ensemble``: the mean of the log latencies)."""
+    """Every member on the family's inputs; each output is the median of the members'
+    (``model.Ensemble``; the lower median for an even count): the smallest of the
+    ``K // 2 + 1`` largest. Per output, each member's latency >= its GPU time >= its fixed
+    time, and order statistics keep that order, so the medians do too."""
     nodes, inits = [], []
     for k, w in enumerate(members):
         fn, fi, _, _ = _family_graph(w, member=k)
         nodes += fn
         inits += fi
     family, io = members[0].family, io_names(members[0].family)
-    inv_k = _const(inits, f"{family}_inv_members", 1.0 / len(members))
+    axis = _index_vec(inits, f"{family}_member_axis", [1])
+    top = _index_vec(inits, f"{family}_median_rank", [len(members) // 2 + 1])
     for out in OUTPUTS:
-        logs = [_node(nodes, "Log", [f"{family}_m{k}_{out}"], f"{family}_m{k}_log_{out}")
-                for k in range(len(members))]
-        total = _node(nodes, "Sum", logs, f"{family}_sum_log_{out}")
-        mean = _node(nodes, "Mul", [total, inv_k], f"{family}_mean_log_{out}")
-        _node(nodes, "Exp", [mean], io[out])
+        cols = [_node(nodes, "Unsqueeze", [f"{family}_m{k}_{out}", axis],
+                      f"{family}_m{k}_{out}_col") for k in range(len(members))]
+        stack = _node(nodes, "Concat", cols, f"{family}_members_{out}", axis=1)
+        nodes.append(helper.make_node("TopK", [stack, top], [f"{family}_upper_{out}",
+                                                            f"{family}_upper_idx_{out}"],
+                                      axis=1, largest=1))
+        _node(nodes, "ReduceMin", [f"{family}_upper_{out}"], io[out], axes=[1], keepdims=0)
     inputs, outputs = _family_io(members[0])
     return nodes, inits, inputs, outputs
 

@@ -11,8 +11,10 @@ grows, so a forecast can never fall when the batch, rows, elements or M/N/K grow
     cached_ms   bytes that hit the L2 (a working set that stays resident between runs), at the
                 DRAM bandwidth (the model scales them down)
     wave_ms     whole waves x the bytes of a full wave of blocks, at the DRAM bandwidth: a
-                partly filled wave takes about as long as a full one (latency-bound blocks)
-    waves       waves of thread blocks (a per-wave prologue/epilogue cost)
+                partly filled wave takes about as long as a full one (latency-bound blocks);
+                for the streaming families (``STREAMING``) a first wave the blocks only
+                partly fill counts the share they fill
+    waves       waves of thread blocks (a per-wave prologue/epilogue cost), counted the same way
     launch_ms   the device's launch overhead
 
 The MLP input ``x`` holds what does not change with size: the tile or block shape, the
@@ -145,7 +147,7 @@ class Features:
     compute_ms: np.ndarray  # FLOPs at the peak, in whole waves of blocks where blocks tile
     dram_ms: np.ndarray  # bytes that miss the L2, at the DRAM bandwidth
     cached_ms: np.ndarray  # bytes that hit the L2, at the DRAM bandwidth
-    wave_ms: np.ndarray  # whole waves of full-block bytes at the DRAM bandwidth
+    wave_ms: np.ndarray  # waves (whole, or a first wave's share) of full-block bytes / bandwidth
     waves: np.ndarray
     launch_ms: np.ndarray
     roof_compute_ms: np.ndarray  # the plain roofline terms (bound labels, utilization)
@@ -184,6 +186,16 @@ def l2_hits(traffic: np.ndarray, l2_bytes: np.ndarray) -> np.ndarray:
     return np.where(traffic <= l2_bytes, traffic, np.maximum(0.0, 2.0 * l2_bytes - traffic))
 
 
+# Families whose blocks stream through DRAM together: the blocks of a wave share its
+# bandwidth, so a first wave that is only partly filled costs its share of a full one (its
+# per-wave setup and its bytes). Before, one block was charged a whole wave of every SM's
+# resident blocks, and the device-aware setup head made that a GPU's identity: a 128-element
+# add took 0.03 us of GPU time on a T4 and 9.3 on a P100, which a CUDA graph exposes. Layer
+# norm and matmul keep whole waves: the data prices their partly filled waves (a lone
+# long-row block, a GEMM tile) as full ones (docs/predictor.md, "Partly filled waves").
+STREAMING = frozenset({"elementwise", "softmax"})
+
+
 def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: DeviceColumns,
             compute_s: np.ndarray, traffic: np.ndarray, blocks: np.ndarray,
             slots: np.ndarray, block_bytes: np.ndarray,
@@ -199,6 +211,8 @@ def _finish(family: str, x: dict[str, np.ndarray], kc: KernelColumns, dc: Device
     hits = l2_hits(warm, dc.l2_bytes)
     capacity = dc.sm_count * slots
     waves = np.maximum(np.ceil(blocks / capacity), 1.0)
+    if family in STREAMING:  # the first wave counts the share of it the blocks fill
+        waves = np.where(blocks < capacity, np.maximum(blocks, 1.0) / capacity, waves)
     cols = np.stack([x[name] for name in FEATURES[family]], axis=1).astype(np.float32)
     return Features(family, cols, compute_s * 1e3,
                     (traffic - hits + dram_rereads) / dc.bandwidth * 1e3,

@@ -149,12 +149,17 @@ class LatencyMLP(nn.Module):
 
 
 class Ensemble(nn.Module):
-    """Members trained alike from different seeds; the forecast is the geometric mean of their
-    latencies (the mean of the log latencies). Each member keeps the form's guarantees, and a
-    mean of monotone, bounded forecasts is monotone and bounded too. Averaging the latencies,
-    not the heads: members may explain a kernel through different heads (compute-bound in one,
-    memory-bound in another), and a mean of such heads fit held-out layer norms worse than any
-    member (12.5 % against 9.9-11.7 %; the latency mean: 9.7 %)."""
+    """Members trained alike from different seeds; the forecast is the median of their
+    latencies (the lower median for an even count). Each member keeps the form's guarantees,
+    and a median of monotone, bounded forecasts is monotone and bounded too (an order
+    statistic keeps every member's order). The median, not the geometric mean: on a GPU
+    outside the training range one member can extrapolate far from the others (the elementwise
+    member of seed 2 forecast our H100's and H200's streaming kernels 1.27-1.36x their time,
+    its siblings 0.98-1.05x), and a mean moves with it (docs/predictor.md, "The median
+    member"). Over the latencies, not the heads: members may explain a kernel through
+    different heads (compute-bound in one, memory-bound in another), and a mean of such heads
+    fit held-out layer norms worse than any member (12.5 % against 9.9-11.7 %; the latency
+    mean: 9.7 %)."""
 
     def __init__(self, members: Sequence[LatencyMLP]) -> None:
         super().__init__()
@@ -164,7 +169,8 @@ class Ensemble(nn.Module):
 
     def log_latency(self, x: torch.Tensor, t: dict[str, torch.Tensor],
                     with_host: bool = True) -> torch.Tensor:
-        return torch.stack([m.log_latency(x, t, with_host) for m in self.members]).mean(dim=0)
+        return torch.stack([m.log_latency(x, t, with_host) for m in self.members]).median(
+            dim=0).values
 
     def host_ms(self) -> np.ndarray:
         return np.exp(np.mean([np.log(m.host_ms()) for m in self.members], axis=0))
