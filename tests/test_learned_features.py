@@ -90,7 +90,10 @@ def test_a_partly_filled_streaming_wave_costs_its_share() -> None:
     assert _elementwise(capacity + 512).waves[0] == 2.0
     # Layer norm's and matmul's waves stay whole: a lone long-row block or GEMM tile is not
     # held to a share of the DRAM bandwidth (docs/predictor.md, "Partly filled waves").
-    assert "layernorm" not in ft.STREAMING and "matmul" not in ft.STREAMING
+    one_row = ft.KernelColumns(**{**_columns(1).__dict__, "b": np.ones(1), "m": np.ones(1),
+                                  "rows": np.ones(1)})
+    for family in ("layernorm", "matmul"):
+        assert ft.build_features(family, one_row, _device_columns(1)).waves[0] == 1.0, family
 
 
 def test_tiny_streaming_kernels_wave_terms_do_not_name_the_gpu() -> None:

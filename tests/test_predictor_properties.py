@@ -149,7 +149,12 @@ def test_tiny_kernels_do_not_rank_gpus_backwards(family: str) -> None:
     or a newer generation."""
     k = kernel(family, "float32", 1, 8, 16, 8)
     pred = _predictor()
-    lat = {d.name: pred.predict([k], d)[0].latency_ms for d in DEVICES}
+    _assert_ranked_alike(family, {d.name: pred.predict([k], d)[0].latency_ms for d in DEVICES})
+
+
+def _assert_ranked_alike(family: str, lat: dict[str, float]) -> None:
+    """Within 1.5x on every pair of GPUs of a vendor where the second is of the same or a
+    newer generation."""
     for a, b in itertools.permutations(DEVICES, 2):
         if a.vendor == b.vendor and GENERATION[b.arch] >= GENERATION[a.arch]:
             assert lat[b.name] <= 1.5 * lat[a.name], (family, a.name, b.name, lat)
@@ -170,11 +175,8 @@ def test_tiny_kernels_rank_gpus_alike_inside_a_cuda_graph(family: str) -> None:
 
     k = kernel(family, "float32", 1, 8, 16, 8)
     pred = _predictor()
-    lat = {d.name: apply_runtime(pred.predict([k], d), d, "graph")[0].latency_ms
-           for d in DEVICES}
-    for a, b in itertools.permutations(DEVICES, 2):
-        if a.vendor == b.vendor and GENERATION[b.arch] >= GENERATION[a.arch]:
-            assert lat[b.name] <= 1.5 * lat[a.name], (family, a.name, b.name, lat)
+    _assert_ranked_alike(family, {d.name: apply_runtime(pred.predict([k], d), d, "graph")[0]
+                                  .latency_ms for d in DEVICES})
 
 
 # Convs get their own examples (adding them to FAMILIES would reshuffle the others').
