@@ -93,19 +93,27 @@ def test_bare_onnxruntime_matches_predictor_on_documented_row() -> None:
     assert pred.gpu_ms >= roofline * (1 - 1e-5)  # never faster than the roofline bound
 
 
+def _random_feed(sess, seed: int, n: int, feature_sd: float,
+                 max_log_ms: float) -> dict[str, np.ndarray]:
+    """Every family's inputs at random: features N(0, sd), work terms log-uniform from 1e-5
+    ms to 10^max_log_ms, a 5 us launch."""
+    widths = json.loads(sess.get_modelmeta().custom_metadata_map["feature_names"])
+    rng, feed = np.random.default_rng(seed), {}
+    for fam in FAMILIES:
+        feed[f"{fam}_features"] = rng.normal(0, feature_sd,
+                                             (n, len(widths[fam]))).astype(np.float32)
+        feed.update({f"{fam}_{t}": (10 ** rng.uniform(-5, max_log_ms, n)).astype(np.float32)
+                     for t in TERMS})
+        feed[f"{fam}_launch_ms"] = np.full(n, 0.005, np.float32)
+    return feed
+
+
 def test_latency_bounded_and_finite_for_any_input() -> None:
     """The envelope holds for any features, even absurd ones: between the roofline and the
     utilization floor's ceiling, never NaN or infinite."""
     sess = _bare_session()
-    meta = sess.get_modelmeta().custom_metadata_map
-    widths, floors = json.loads(meta["feature_names"]), json.loads(meta["u_floor"])
-    rng = np.random.default_rng(0)
-    n, feed = 2000, {}
-    for fam in FAMILIES:
-        feed[f"{fam}_features"] = rng.normal(0, 30, (n, len(widths[fam]))).astype(np.float32)
-        feed.update({f"{fam}_{t}": (10 ** rng.uniform(-5, 3, n)).astype(np.float32)
-                     for t in TERMS})
-        feed[f"{fam}_launch_ms"] = np.full(n, 0.005, np.float32)
+    floors = json.loads(sess.get_modelmeta().custom_metadata_map["u_floor"])
+    feed = _random_feed(sess, seed=0, n=2000, feature_sd=30.0, max_log_ms=3.0)
     outs = sess.run([f"{fam}_{o}" for fam in FAMILIES for o in ("gpu_ms", "latency_ms")], feed)
     for i, fam in enumerate(FAMILIES):
         gpu, lat = outs[2 * i], outs[2 * i + 1]
@@ -118,6 +126,22 @@ def test_latency_bounded_and_finite_for_any_input() -> None:
         assert np.isfinite(gpu).all() and np.isfinite(lat).all()
         assert (gpu >= 0.999 * np.minimum(work, f["compute_ms"]) ).all()
         assert (gpu <= ceiling * 1.001).all() and (lat >= gpu * 0.999).all()
+
+
+@pytest.mark.parametrize("term", TERMS[:5])
+def test_gpu_time_never_falls_as_one_work_term_grows(term: str) -> None:
+    """The form is monotone in each work term alone, for any features: the guarantee the
+    analyzer's monotonicity rests on. Fails on stop 43's form for ``cached_ms``: u_m grew with
+    DRAM + L2 bytes while the term divided DRAM + r_cache x L2 bytes, so where u_m's slope
+    beat r_cache, more L2 bytes made a kernel faster (sanity.py: 8 A10 doublings)."""
+    sess = _bare_session()
+    feed = _random_feed(sess, seed=1, n=4000, feature_sd=3.0, max_log_ms=1.0)
+    names = [f"{fam}_gpu_ms" for fam in FAMILIES]
+    before = sess.run(names, feed)
+    for fam in FAMILIES:  # 1.5x the one term; every other input as it was
+        feed[f"{fam}_{term}"] = feed[f"{fam}_{term}"] * np.float32(1.5)
+    for fam, lo, hi in zip(FAMILIES, before, sess.run(names, feed), strict=True):
+        assert (hi >= lo * (1 - 1e-5)).all(), (fam, term, float((hi / lo).min()))
 
 
 def _kernels():

@@ -174,7 +174,9 @@ def _family_graph(w: FamilyWeights, member: int | None = None) -> tuple[list, li
         sig[head] = _node(nodes, "Sigmoid", [logits[head]], f"{p}sig_{head}")
     floor = _const(inits, p + "u_floor", w.u_floor)
     span = _const(inits, p + "u_span", 1.0 - w.u_floor)
-    mem = _node(nodes, "Add", [io["dram_ms"], io["cached_ms"]], p + "mem_work")
+    # u_m grows with the byte cost it divides (model.py): L2 bytes weighted by r_cache
+    cached = _node(nodes, "Mul", [io["cached_ms"], sig["r_cache"]], p + "cached_cost")
+    mem = _node(nodes, "Add", [io["dram_ms"], cached], p + "mem_ms")
     u = {}
     for head, out, work in (("u_compute", io["u_compute"], io["compute_ms"]),
                             ("u_memory", io["u_memory"], mem)):
@@ -203,9 +205,7 @@ def _family_graph(w: FamilyWeights, member: int | None = None) -> tuple[list, li
     busy_c = _node(nodes, "Add", [
         _node(nodes, "Div", [io["compute_ms"], u["u_compute"]], p + "compute_busy"),
         _node(nodes, "Mul", [io["waves"], setup], p + "setup_busy")], p + "busy_c")
-    cached = _node(nodes, "Mul", [io["cached_ms"], sig["r_cache"]], p + "cached_cost")
-    stream = _node(nodes, "Div", [_node(nodes, "Add", [io["dram_ms"], cached], p + "mem_ms"),
-                                  u["u_memory"]], p + "stream_ms")
+    stream = _node(nodes, "Div", [mem, u["u_memory"]], p + "stream_ms")
     wave = _node(nodes, "Mul", [io["wave_ms"], sig["wave_rate"]], p + "wave_cost")
     busy_m = _smooth_max(nodes, inits, stream, wave, P_BUSY, p + "busy_m")
     busy = _smooth_max(nodes, inits, busy_c, busy_m, P_BUSY, p + "busy")

@@ -9,6 +9,8 @@ coefficients; the latency is a fixed form in the non-negative, size-monotone wor
     u_c, u_m  = max(floor, u_max * exp(-beta * softplus(knee - log work)))
                 beta = sigmoid(h) < 1: utilization grows with the kernel's own work up to a
                 knee, but more slowly than the work, so work / u still never decreases
+                (u_c's work: compute_ms; u_m's: dram_ms + r_cache * cached_ms, the same sum
+                it divides, so the memory term is monotone in DRAM and in L2 bytes alike)
     r_cache   = sigmoid(h)                             cost of an L2-resident byte vs a DRAM byte
     setup_ms  = launch_ms * SETUP_MAX * sigmoid(h)     per-wave prologue / epilogue of the blocks
     fixed_ms  = launch_ms * (1 + FIXED_MAX * sigmoid(h))   launch and one block's latency
@@ -123,13 +125,16 @@ class LatencyMLP(nn.Module):
         h = self.heads(x)
         log_sig = nn.functional.logsigmoid
         fl = self.u_floor
-        log_mem = torch.logaddexp(t["dram_ms"], t["cached_ms"])
+        # the memory work u_m grows with is the byte cost itself, L2-served bytes weighted by
+        # r_cache: with the plain byte sum, u_m could gain more from cheap cached bytes than
+        # they cost, and the memory term fell as cached bytes grew (sanity.py, stop 43: A10)
+        log_mem = torch.logaddexp(t["dram_ms"], log_sig(h[:, 2]) + t["cached_ms"])
         log_uc = _utilization(h[:, 0], h[:, 6], h[:, 7], t["compute_ms"], fl)
         log_um = _utilization(h[:, 1], h[:, 8], h[:, 9], log_mem, fl)
         log_setup = t["launch_ms"] + np.log(SETUP_MAX) + log_sig(h[:, 3])
         log_fixed = t["launch_ms"] + torch.log1p(FIXED_MAX * torch.sigmoid(h[:, 4]))
         log_bc = torch.logaddexp(t["compute_ms"] - log_uc, t["waves"] + log_setup)
-        log_stream = torch.logaddexp(t["dram_ms"], log_sig(h[:, 2]) + t["cached_ms"]) - log_um
+        log_stream = log_mem - log_um
         log_wave = log_sig(h[:, 5]) + t["wave_ms"]
         log_bm = torch.logaddexp(P_BUSY * log_stream, P_BUSY * log_wave) / P_BUSY
         log_busy = torch.logaddexp(P_BUSY * log_bc, P_BUSY * log_bm) / P_BUSY

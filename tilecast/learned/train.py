@@ -66,7 +66,7 @@ class TrainConfig:
     # others; conv took 0.3 until stop 35 took the conv sweep's harness drift out (less
     # scatter towards slow; docs/predictor.md, "Which quantile").
     quantiles: tuple[tuple[str, float], ...] = (("matmul", 0.3),)
-    ensemble: int = 3  # members (seeds seed, seed + 1, ...); forecasts averaged in log space
+    ensemble: int = 3  # members (seeds seed, seed + 1, ...); the forecast is their median
 
     def quantile(self, family: str) -> float:
         return dict(self.quantiles).get(family, 0.5)
