@@ -52,6 +52,7 @@ def test_a_decode_step_runs_one_token_per_sequence_against_the_cache():
     assert len(attend) == len(writes) == 2 and not any(k.op_type == "Softmax" for k in step)
     # the cache over 40 keys plus the query and output (2 sequences x 64 values x 4 B, each)
     assert attend[0].cost.bytes == KV_LAYER * 40 // 32 + 2 * 2 * 64 * 4
+    assert attend[0].cost.state_bytes == KV_LAYER * 40 // 32  # the cache: pass state
     assert attend[0].cost.flops == 4 * (2 * 64) * 40  # Q K^T and P V, 2 FLOPs per FMA
     assert writes[0].cost.bytes == 2 * KV_LAYER // 32  # one token's K and V, read and written
 
@@ -144,6 +145,27 @@ def test_forecast_of_a_model():
     assert big.prefill_ms > f.prefill_ms and big.tokens_per_s > f.tokens_per_s
     with pytest.raises(TilecastError, match="batch must be 1 to"):
         analyze_serving(gpt2_like(**GPT), "h100", generate=4, batch=0)
+
+
+def test_a_decode_steps_kv_cache_streams_from_dram_once_the_step_outgrows_the_l2():
+    """One layer's cache (36 MiB) fits the L4's 48 MB L2, but a decode step reads it a whole
+    step after its last read, with every layer's weights (here one 64 MiB matrix) streamed
+    since: from DRAM, at no more than the DRAM bandwidth. A kernel benchmark repeating the
+    attention alone keeps it resident. Before stop 44 both read it from the L2."""
+    from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
+    from tilecast.learned.predictor import default_predictor
+
+    cache = 36 * 2**20
+    attend = Kernel("a", ("a",), "DecodeAttention", OpCost(
+        "attention", 4 * 2**22, cache + 2**16, "bfloat16", elements=2**22, state_bytes=cache))
+    mm = MatmulDims(1, 8, 8192, 4096, weight_b=True)  # Linear(4096 -> 8192) on 8 rows
+    gemm = Kernel("w", ("w",), "MatMul", OpCost("matmul", 2 * 8 * 8192 * 4096,
+                                                2 * (8 * 4096 + 8192 * 4096 + 8 * 8192),
+                                                "bfloat16", "matrix", matmul=mm))
+    l4, pred = load_device("l4"), default_predictor()
+    alone = pred.predict([attend], l4)[0].gpu_ms
+    in_step = pred.predict([attend, gemm], l4)[0].gpu_ms
+    assert in_step >= cache / (l4.mem_bandwidth_gbps * 1e9) * 1e3 > alone
 
 
 def test_longer_contexts_cost_more_on_the_learned_predictor():

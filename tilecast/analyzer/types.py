@@ -186,6 +186,11 @@ class OpCost:
     # A Conv or GEMM whose epilogue reads another tensor (a residual or bias add fused under
     # a graph runtime, ``analyzer.epilogues``): those bytes, already in ``bytes``.
     epilogue_bytes: int = 0
+    # State the kernel reads once per pass, already in ``bytes``: a layer's KV cache in a
+    # decode step (``serving.decode``). Like a layer's weights (``analyzer.weights``), it is
+    # last touched a whole pass earlier, so it comes from DRAM once the pass's weights and
+    # state outgrow the L2 (``learned.predictor._stream_weights``).
+    state_bytes: int = 0
 
 
 @dataclass(frozen=True)

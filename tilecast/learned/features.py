@@ -128,8 +128,9 @@ class KernelColumns:
     tile_n: np.ndarray
     split_k: np.ndarray | None = None  # matmul reduction slices (grid z); None: 1
     layout_tn: np.ndarray | None = None  # matmul: 1 for a linear layer's layout; None: 0
-    # Bytes that come from DRAM whatever the L2 holds: a model's weights, when its pass reads
-    # more of them than the L2 keeps (analyzer/weights.py); None: 0 (a kernel benchmark).
+    # Bytes that come from DRAM whatever the L2 holds: a model's weights, or a decode step's
+    # KV cache, when its pass reads more such bytes than the L2 keeps (analyzer/weights.py,
+    # OpCost.state_bytes); None: 0 (a kernel benchmark). Matmul and elementwise read it.
     cold_bytes: np.ndarray | None = None
     # Elementwise: a broadcast operand's extra reads, the slice of it one repeat reads, and
     # its own bytes (analyzer/costs/broadcast.py); None: 0 (the sweep's rows broadcast nothing).
@@ -285,7 +286,7 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
         "operands_per_element": streams_per_element(kc, elements),
         "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
     return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
-                   block_bytes, 0.0, broadcast_misses(kc, dc))
+                   block_bytes, 0.0, broadcast_misses(kc, dc), cold=kc.cold_bytes)
 
 
 def streams_per_element(kc: KernelColumns, elements: np.ndarray) -> np.ndarray:

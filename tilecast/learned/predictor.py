@@ -291,7 +291,8 @@ class OnnxPredictor:
         zeros = np.zeros(n)
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, zeros, zeros, reread_bytes=p.reread,
-                              reread_slice=p.reread_slice, reread_operand=p.reread_operand)
+                              reread_slice=p.reread_slice, reread_operand=p.reread_operand,
+                              cold_bytes=p.weight)
         return ft.build_features(family, kc, dc), row_tile_strings(family, kc, dc.amd), None
 
     def _matmul_features(self, p: Parts, device: Device, dc: ft.DeviceColumns,
@@ -353,15 +354,21 @@ class OnnxPredictor:
         return out
 
 
+# The families whose parts carry bytes read once per pass (``Parts.weight``): GEMM weights,
+# and the state a memory-bound kernel reads (a decode step's KV cache).
+PASS_STATE = ("matmul", "elementwise")
+
+
 def _stream_weights(routed: Routed, device: Device) -> Routed:
-    """Weights come from DRAM when the kernels predicted together (a pass) read more of them
-    than the L2 holds: none is left for the next pass (analyzer/weights.py). Otherwise they
-    stay resident, as in the kernel benchmarks (a lone GEMM predicted again and again)."""
-    mm = routed.parts["matmul"]
-    assert isinstance(mm, Parts)
-    if mm.weight.sum() > device.l2_cache_mb * 2**20:
+    """Weights and pass state come from DRAM when the kernels predicted together (a pass)
+    read more of them than the L2 holds: none is left for the next pass (analyzer/weights.py).
+    Otherwise they stay resident, as in the kernel benchmarks (a lone GEMM predicted again
+    and again)."""
+    parts = {f: routed.parts[f] for f in PASS_STATE}
+    if sum(float(p.weight.sum()) for p in parts.values()) > device.l2_cache_mb * 2**20:
         return routed
-    return replace(routed, parts=routed.parts | {"matmul": replace(mm, weight=mm.weight * 0)})
+    return replace(routed, parts=routed.parts | {f: replace(p, weight=p.weight * 0)
+                                                 for f, p in parts.items()})
 
 
 def _empty(family: str) -> ft.Features:

@@ -67,7 +67,9 @@ class Parts:
     primary: np.ndarray  # bool: this part names the kernel's tile
     fallback: np.ndarray  # bool: routed by a rule rather than the kernel's own model
     bytewise: np.ndarray  # bool: a dtype with no data, costed by its byte width as fp32
-    weight: np.ndarray  # bytes of a B operand that is a layer's weight (analyzer/weights.py)
+    # bytes read once per pass: a B operand that is a layer's weight (analyzer/weights.py),
+    # or a memory-bound kernel's state such as a decode step's KV cache (OpCost.state_bytes)
+    weight: np.ndarray
     fused: np.ndarray  # bool: a fused attention kernel's equivalent GEMM (matmul only)
     # Elementwise: a broadcast operand's extra reads, the slice one repeat reads and the
     # operand's own bytes (analyzer/costs/broadcast.py); 0 elsewhere.
@@ -98,7 +100,7 @@ class Routed:
 
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
-                   "estimated", "reread")
+                   "estimated", "reread", "state_bytes")
 _MM = attrgetter("b", "m", "n", "k", "weight_b")
 _ROWS = attrgetter("rows", "cols")
 _REREAD = attrgetter("bytes", "slice_bytes", "operand_bytes")
@@ -113,7 +115,7 @@ def _layout_code(op_type: str, mm) -> int:
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
-    """(numbers (n, 19), dtype names, unit names) read from the kernels in one pass (the hot
+    """(numbers (n, 20), dtype names, unit names) read from the kernels in one pass (the hot
     loop of serving: C-level attribute getters, one tuple per kernel); columns 14 and 15
     index the name lists."""
     recs = []
@@ -122,7 +124,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
     units: dict[str, int] = {}
     size, kinds = DTYPE_SIZE, _KIND
     for kernel in kernels:
-        fam, flops, nbytes, dtype, elements, mm, rd, unit, est, rr = _COST(kernel.cost)
+        fam, flops, nbytes, dtype, elements, mm, rd, unit, est, rr, state = _COST(kernel.cost)
         d = dtypes.get(dtype)
         if d is None:
             d = dtypes[dtype] = len(dtypes)
@@ -133,8 +135,8 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
                 *(_MM(mm) if mm is not None else _NO_MM),
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
                 _layout_code(kernel.op_type, mm), est, d, u,
-                *(_REREAD(rr) if rr is not None else _NO_REREAD)))
-    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 19)
+                *(_REREAD(rr) if rr is not None else _NO_REREAD), state))
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 20)
     return arr, list(dtypes), list(units)
 
 
@@ -208,6 +210,7 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     col = dict(zip(("kind", "flops", "bytes", "itemsize", "elements", "b", "m", "n", "k",
                     "weight_b", "rows", "cols", "gemm"), a.T[:13], strict=True))
     col["reread"], col["reread_slice"], col["reread_operand"] = a[:, 16], a[:, 17], a[:, 18]
+    col["weight"] = a[:, 19]  # a memory-bound kernel's pass state (OpCost.state_bytes)
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions

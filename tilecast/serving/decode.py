@@ -12,7 +12,11 @@ FlashDecoding): the new token's query against every cached key. Its work is memo
 reads the layer's cached K and V over ``context`` tokens (as projected, before a grouped-query
 repeat) plus the query and writes the output, with 4 x heads x context x head-dim FLOPs per
 sequence, so it is costed by its bytes (the predictor's memory-bound rule), not as three
-eager GEMM kernels with one-row tiles. Writing the new token's K and V into the cache is one
+eager GEMM kernels with one-row tiles. The cache is pass state (``OpCost.state_bytes``): a
+layer's K and V were last read a whole step ago, with every other layer's weights and cache
+streamed since, so they come from DRAM once the step's weights and caches outgrow the L2,
+however small one layer's cache is (before, a 38 MB cache on the L4's 48 MB L2 read as
+resident). Writing the new token's K and V into the cache is one
 small copy per layer (a paged cache's slot write; Hugging Face's eager ``DynamicCache``
 concatenates, copying the whole cache every step, which is not modelled).
 """
@@ -52,9 +56,9 @@ def _attention(results: Sequence[NodeResult], b: Block, prompt: int, context: in
     per_token = int(out.numel // prompt * sequences)  # batch x heads x head dim
     cache = int(kv_bytes(results, b) * sequences)  # every sequence's prompt K and V
     size = DTYPE_SIZE.get(out.dtype, 4)
-    nbytes = cache * context // prompt + 2 * per_token * size
-    attend = OpCost("attention", 4 * per_token * context, int(nbytes), out.dtype,
-                    elements=per_token * context)
+    cached = cache * context // prompt  # K and V over the context: last read a step ago
+    attend = OpCost("attention", 4 * per_token * context, int(cached + 2 * per_token * size),
+                    out.dtype, elements=per_token * context, state_bytes=int(cached))
     new = max(cache // prompt, 1)  # one token's K and V: read, then written to the cache
     write = OpCost("movement", 0, 2 * new, out.dtype, elements=max(int(new // size), 1))
     core = (results[min(b.core)].node.name,)  # the layer's: repeated with it (--layers)
