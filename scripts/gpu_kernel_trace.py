@@ -1,6 +1,7 @@
 """Per-kernel GPU time on a leased GPU: the in-graph floor of tiny kernels, and whole-model traces.
 
-usage: python scripts/gpu_kernel_trace.py OUT [--device cuda:0]
+usage: python scripts/gpu_kernel_trace.py OUT [--device cuda:0] [--only MODELS] [--amp-steps]
+       python scripts/gpu_kernel_trace.py OUT --sweep [--eager]
 
 1. ``floor.csv``: N back-to-back launches of one tiny op, (a) captured in one CUDA graph and
    replayed, (b) queued eagerly without a sync: time per launch. (a) is the GPU time a kernel
@@ -10,6 +11,10 @@ usage: python scripts/gpu_kernel_trace.py OUT [--device cuda:0]
    profiler (name, GPU start and duration in us, grid, block), eager and replayed from a CUDA
    graph, with the forward's wall time: the per-node data `tilecast evaluate --by-family` and
    the graph-runtime diagnosis need.
+3. ``--sweep``: ``floor-sweep.csv``, the in-graph time per launch of one op per family (add,
+   softmax, layer norm, sum, linear, batched Q K^T) from one block to many waves, beside the
+   kernel's own GPU time, name and grid from the profiler (one eager call): how a kernel's
+   in-graph cost grows from its lone-block latency to its streaming rate.
 """
 
 from __future__ import annotations
@@ -90,6 +95,81 @@ def floors(out: Path, dev) -> None:
             except Exception as exc:  # one op must not cost the others
                 print(f"floor {name}: FAILED {type(exc).__name__}: {exc}", flush=True)
     _write(out / "floor.csv", rows)
+
+
+def sweep_shapes() -> list[tuple[str, tuple[int, ...]]]:
+    """(family, dims): each family from one block to many waves on a 132-SM GPU."""
+    out = [("add", (1 << p,)) for p in range(7, 27)]
+    rows = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+    out += [("softmax", (r, c)) for c in (128, 1024, 4096) for r in rows]
+    out += [("layernorm", (r, c)) for c in (768, 4096) for r in rows]
+    out += [("sum", (r, 4096)) for r in (1, 64, 4096)]
+    out += [("linear", (m, k, k)) for k in (256, 1024, 4096) for m in (1, 8, 64, 512, 4096)]
+    out += [("bmmt", (bh, s, 64)) for bh in (1, 16, 128) for s in (64, 256, 1024)]
+    return out
+
+
+def _sweep_fn(family: str, dims: tuple[int, ...], dev):
+    """The op as a closure over its operands, writing into one preallocated output where
+    PyTorch has an out= form (a graph of many launches must not allocate each output)."""
+    bf = torch.bfloat16
+    r = lambda *s: torch.rand(*s, device=dev, dtype=bf)  # noqa: E731
+    if family == "add":
+        x, y = r(*dims), torch.empty(dims, device=dev, dtype=bf)
+        return lambda: torch.add(x, x, out=y)
+    if family == "softmax":
+        x = r(*dims)
+        return lambda: torch.softmax(x, -1)
+    if family == "layernorm":
+        x, w, b = r(*dims), r(dims[1]), r(dims[1])
+        return lambda: F.layer_norm(x, (dims[1],), w, b)
+    if family == "sum":
+        x = r(*dims)
+        return lambda: x.sum(-1)
+    if family == "linear":
+        m, k, n = dims
+        x, w, y = r(m, k), r(n, k), torch.empty(m, n, device=dev, dtype=bf)
+        return lambda: torch.matmul(x, w.t(), out=y)
+    bh, s, d = dims  # bmmt: Q K^T
+    q, k, y = r(bh, s, d), r(bh, s, d), torch.empty(bh, s, s, device=dev, dtype=bf)
+    return lambda: torch.bmm(q, k.transpose(1, 2), out=y)
+
+
+def _isolated(fn) -> dict:
+    """One eager call under the profiler: its kernels' names, grids and own GPU time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    ks = _kernels(prof)
+    return {"kernel_us": sum(k["dur_us"] for k in ks), "kernels": len(ks),
+            "names": ";".join(k["name"][:120] for k in ks),
+            "grids": ";".join(k["grid"] for k in ks)}
+
+
+def sweep(out: Path, dev, eager: bool = False, name: str = "floor-sweep.csv") -> None:
+    """``eager`` adds the time per launch queued eagerly (the host's dispatch per family)."""
+    rows = []
+    with torch.inference_mode():
+        for family, dims in sweep_shapes():
+            label = f"{family} {'x'.join(map(str, dims))}"
+            try:
+                fn = _sweep_fn(family, dims, dev)
+                out_bytes = 2 * max(torch.as_tensor(fn()).numel(), 1)
+                n = int(min(max(4e8 // out_bytes, 20), N_LAUNCH))
+                g = _per_launch_us(fn, n, True)
+                e = _per_launch_us(fn, n, False) if eager else float("nan")
+                rows.append({"family": family, "dims": "x".join(map(str, dims)),
+                             "dtype": "bf16", "launches": n, "graph_us_per_launch": g,
+                             "eager_us_per_launch": e, **_isolated(fn)})
+                print(f"sweep {label}: graph {g:.2f} us/launch, kernel "
+                      f"{rows[-1]['kernel_us']:.2f} us, grid {rows[-1]['grids']}", flush=True)
+            except Exception as exc:  # one shape must not cost the others
+                print(f"sweep {label}: FAILED {type(exc).__name__}: {str(exc)[:200]}", flush=True)
+            _write(out / name, rows)
+            torch.cuda.empty_cache()
 
 
 def _write(path: Path, rows: list[dict]) -> None:
@@ -187,9 +267,14 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated models to trace (no floors)")
     ap.add_argument("--amp-steps", action="store_true",
                     help="only the autocast training steps (AMP_STEPS)")
+    ap.add_argument("--sweep", action="store_true", help="only floor-sweep.csv")
+    ap.add_argument("--eager", action="store_true", help="with --sweep: queued eagerly too")
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
     dev = torch.device(a.device)
+    if a.sweep:
+        sweep(a.out, dev, a.eager, "floor-sweep-eager.csv" if a.eager else "floor-sweep.csv")
+        return
     if a.amp_steps:
         for model, b, s in AMP_STEPS:
             try:
