@@ -301,3 +301,25 @@ def test_a_cuda_graph_replays_pytorchs_views_as_views():
         for rt in ("eager", "cudagraph", "graph")}
     assert ops["eager"] == ops["cudagraph"] == ["MatMul"]
     assert ops["graph"] == ["Transpose", "MatMul"]
+
+
+TINY = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[1, 128] x) => (float[1, 128] y) {
+  a = Add(x, x)
+  b = Relu(a)
+  y = Mul(b, b)
+}"""
+
+
+@pytest.mark.parametrize("runtime, flagged", [("eager", 0), ("graph", 3), ("cudagraph", 3)])
+def test_kernels_under_the_measured_in_graph_floor_are_flagged(tmp_path, runtime, flagged):
+    # Three 128-element kernels: under a graph runtime each is its 0.5 us launch and a
+    # near-zero busy time, below the 0.9 us no kernel undercut in a CUDA graph on our Hoppers.
+    path = tmp_path / "tiny.onnx"
+    onnx.save(onnx.parser.parse_model(TINY), str(path))
+    f = tilecast.analyze(str(path), "h100", runtime=runtime)
+    assert len(f.below_graph_floor) == flagged
+    out = CliRunner().invoke(main, ["analyze", str(path), "-d", "h100", "--runtime", runtime])
+    assert out.exit_code == 0, out.output
+    assert ("graph floor: 3 of 3 kernels" in out.output) == bool(flagged)

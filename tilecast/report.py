@@ -7,7 +7,7 @@ import io
 
 from .analyzer.epilogues import FUSED_EPILOGUE
 from .analyzer.fold import FOLDED, HOST
-from .analyzer.forecast import Forecast, KernelForecast
+from .analyzer.forecast import GRAPH_FLOOR_US, Forecast, KernelForecast
 from .analyzer.qdq import FUSED_DQ
 from .analyzer.rewrites import FOLDED_BIAS
 from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_US
@@ -88,6 +88,17 @@ def _alignment_lines(f: Forecast) -> list[str]:
             "50257-wide LM head took 8.2x its forecast, BERT's 30522-wide one 3.2x)"]
 
 
+def _graph_floor_lines(f: Forecast) -> list[str]:
+    low = f.below_graph_floor
+    if not low:
+        return []
+    ms = sum(k.latency_ms for k in low)
+    return [f"graph floor: {len(low)} of {len(f.kernels)} kernels forecast under "
+            f"{GRAPH_FLOOR_US} us each ({ms:.3f} ms); in a CUDA graph our H100 and H200 ran each "
+            "family's smallest kernel in 0.9-6.6 us, so these are likely low (docs/predictor.md, "
+            "\"What one block costs inside a CUDA graph\")"]
+
+
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{op} x{n}" for op, n in sorted(counts.items())) or "none"
 
@@ -99,7 +110,7 @@ def _unsupported_lines(f: Forecast) -> list[str]:
     if f.incomplete:
         lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
                      "ms of the total; the forecast is incomplete)")
-    return lines + _envelope_lines(f) + _alignment_lines(f)
+    return lines + _envelope_lines(f) + _alignment_lines(f) + _graph_floor_lines(f)
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:

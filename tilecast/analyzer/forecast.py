@@ -34,6 +34,16 @@ def _r(x: float) -> float:
 ROW_ALIGN_BYTES = 16
 
 
+# Under a graph runtime a kernel is charged its busy time plus the in-graph launch (0.5 us),
+# and a kernel of a few blocks comes out near that launch alone. No kernel ran that fast in a
+# CUDA graph on either of our Hoppers: each family's smallest took 0.90 us (a 128-element
+# add on the H100's chip with the H200's memory) to 6.6 us (a 4,096-wide layer norm)
+# per launch (datasets/h100-sxm5-80gb and h200-sxm-141gb, traces/floor-sweep-eager.csv). A
+# block's own latency chain is not modelled (docs/predictor.md, "What one block costs inside
+# a CUDA graph"), so such kernels are flagged, not corrected.
+GRAPH_FLOOR_US = 0.9
+
+
 def misaligned_gemm(kernel: Kernel) -> bool:
     """A 16- or 8-bit GEMM (the dtypes tensor cores take) with n or k, the lengths of the
     rows its operands and output are stored in, not a multiple of 16 bytes."""
@@ -182,6 +192,14 @@ class Forecast:
         (``misaligned_gemm``): cuBLAS cannot use its vectorized tensor-core kernels there, and
         tilecast forecasts them as if it could."""
         return tuple(k for k in self.kernels if misaligned_gemm(k.kernel))
+
+    @property
+    def below_graph_floor(self) -> tuple[KernelForecast, ...]:
+        """Under a graph runtime, kernels forecast below ``GRAPH_FLOOR_US``: faster than any
+        kernel measured inside a CUDA graph; their time is likely under-forecast."""
+        if self.runtime == "eager":
+            return ()
+        return tuple(k for k in self.kernels if k.latency_ms * 1e3 < GRAPH_FLOOR_US)
 
     @property
     def unsupported_ms(self) -> float:
