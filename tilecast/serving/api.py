@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..analyzer.analysis import NodeResult
+from ..analyzer.forecast import GRAPH_FLOOR_US
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -25,7 +26,7 @@ from ..parallel.tensor import segment_of
 from .decode import decode_kernels, prefill_kernels
 from .depth import Depth
 from .experts import expert_routing
-from .forecast import DecodeStep, ServingForecast
+from .forecast import DecodeStep, GraphFloor, ServingForecast
 from .tensor import plan_tensor
 
 # Ten million tokens: past any model's context window, and every count stays exact in int64.
@@ -68,16 +69,17 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
     cl = _cluster(cluster, dev) if tp > 1 else None
     kernels, plan = plan_tensor(d.kernels, d.results, d.s, tp, cl, d.batch * d.prompt, depth)
     run = _Runner(pred, dev, runtime, d.results, d.s, depth)
-    prefill_ms, extrapolated = run(prefill_kernels(kernels, d.results, d.s, d.prompt, batch,
-                                                   d.batch))
+    prefill_ms, extrapolated, _ = run(prefill_kernels(kernels, d.results, d.s, d.prompt, batch,
+                                                      d.batch))
     routing = expert_routing(d.results, d.s, d.batch * d.prompt, batch)
     shares = routing.shares
-    steps = []
+    steps, floors = [], []
     for context in decode_contexts(d.prompt, generate):
         step = decode_kernels(kernels, d.results, d.s, d.prompt, context, batch, d.batch, tp,
                               shares)
-        ms, ext = run(step, run.weights(step, shares))
+        ms, ext, floor = run(step, run.weights(step, shares))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
+        floors.append(floor)
         extrapolated |= ext
     kv = sum(kv_bytes(d.results, b) * depth.times(d.s.segment(b.row))  # the graph's batch
              for b in d.attention) / tp
@@ -87,7 +89,8 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
         prefill_ms=prefill_ms + plan.comm_ms(batch * d.prompt, batch), decode=tuple(steps),
         weights_bytes=plan.weights_bytes, tp=tp, cluster=cl.name if cl is not None else None,
         kv_bytes_per_token=kv / (d.batch * d.prompt), extrapolated=extrapolated,
-        layers=depth.target, routing=routing.to_dict())
+        layers=depth.target, routing=routing.to_dict(),
+        graph_floor=floors[0] if floors and floors[0].kernels else None)
 
 
 @dataclass(frozen=True)
@@ -134,15 +137,21 @@ class _Runner:
                 for k in kernels]
 
     def __call__(self, kernels: Sequence[Kernel],
-                 weights: Sequence[float] | None = None) -> tuple[float, bool]:
+                 weights: Sequence[float] | None = None) -> tuple[float, bool, GraphFloor]:
+        """(ms, extrapolated, the kernels under the in-graph floor) of one pass."""
         preds = apply_runtime(self.pred.predict(list(kernels), self.device), self.device,
                               self.runtime)
-        times = [p.latency_ms * (weights[n] if weights else 1.0) for n, p in enumerate(preds)]
+        share = [weights[n] if weights else 1.0 for n in range(len(preds))]
+        repeats = [1.0] * len(preds)
         if self.depth.target != self.depth.graph:
             index = {r.node.name: i for i, r in enumerate(self.results)}
-            times = [t * self.depth.times(segment_of(k, self.s, index, {}))
-                     for k, t in zip(kernels, times, strict=True)]
-        return sum(times), any(p.extrapolated for p in preds)
+            repeats = [self.depth.times(segment_of(k, self.s, index, {})) for k in kernels]
+        times = [p.latency_ms * w * r for p, w, r in zip(preds, share, repeats, strict=True)]
+        low = [n for n, p in enumerate(preds) if self.runtime != "eager"
+               and p.latency_ms * 1e3 < GRAPH_FLOOR_US]
+        floor = GraphFloor(round(sum(share[n] * repeats[n] for n in low)),
+                           sum(times[n] for n in low))
+        return sum(times), any(p.extrapolated for p in preds), floor
 
 
 def _check_counts(generate: int, batch: int | None, tp: int, layers: int | None) -> None:

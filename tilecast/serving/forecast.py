@@ -19,6 +19,15 @@ class DecodeStep:
 
 
 @dataclass(frozen=True)
+class GraphFloor:
+    """The kernels of the first decode step forecast under the in-graph floor
+    (``analyzer.forecast.GRAPH_FLOOR_US``; graph runtimes only), and their time."""
+
+    kernels: int
+    ms: float
+
+
+@dataclass(frozen=True)
 class ServingForecast:
     """``batch`` requests of ``prompt`` tokens each generating ``generate`` tokens.
 
@@ -43,6 +52,8 @@ class ServingForecast:
     layers: int = 0  # transformer layers forecast (the graph's, or --layers)
     # MoE layers: experts per layer, top-k, experts a decode step runs (experts.py); None: dense
     routing: dict[str, int | float] | None = None
+    # Graph runtimes: the first decode step's kernels under the in-graph floor; None: none
+    graph_floor: GraphFloor | None = None
 
     @property
     def ttft_ms(self) -> float:
@@ -112,6 +123,8 @@ class ServingForecast:
                        "capacity_gib": _r(self.capacity_bytes / GIB), "fits": self.fits,
                        "max_batch": self.max_batch},
             "experts": self.routing,
+            "graph_floor": None if self.graph_floor is None else {
+                "kernels": self.graph_floor.kernels, "ms": _r(self.graph_floor.ms)},
             "extrapolated": self.extrapolated,
         }
 

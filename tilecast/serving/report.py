@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..analyzer.forecast import GRAPH_FLOOR_US
 from ..parallel.report import _table
 from .forecast import GIB, ServingForecast
 
@@ -34,7 +35,17 @@ def _lines(f: ServingForecast) -> list[tuple[str, str]]:
                            f"(top-{f.routing['top_k']:.0f}, uniform routing)")]
               if f.routing else []),
             *([("note", "extrapolated: some kernels lie outside the predictor's training "
-                        "data (docs/serving.md)")] if f.extrapolated else [])]
+                        "data (docs/serving.md)")] if f.extrapolated else []),
+            *([("note", _floor_note(f))] if f.graph_floor is not None else [])]
+
+
+def _floor_note(f: ServingForecast) -> str:
+    g = f.graph_floor
+    assert g is not None
+    return (f"graph floor: {g.kernels:,} kernels of the first decode step are forecast under "
+            f"{GRAPH_FLOOR_US} us each ({g.ms:.3f} ms); in a CUDA graph our H100 and H200 ran "
+            "each family's smallest kernel in 0.9-6.6 us, so the step is likely slower "
+            "(docs/serving.md, \"Limits\")")
 
 
 def render_serving(f: ServingForecast, fmt: str) -> str:
