@@ -7,7 +7,7 @@ import io
 
 from .analyzer.epilogues import FUSED_EPILOGUE
 from .analyzer.fold import FOLDED, HOST
-from .analyzer.forecast import GRAPH_FLOOR_US, Forecast, KernelForecast
+from .analyzer.forecast import GRAPH_FLOOR_EVIDENCE, GRAPH_FLOOR_US, Forecast, KernelForecast
 from .analyzer.qdq import FUSED_DQ
 from .analyzer.rewrites import FOLDED_BIAS
 from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_US
@@ -94,9 +94,8 @@ def _graph_floor_lines(f: Forecast) -> list[str]:
         return []
     ms = sum(k.latency_ms for k in low)
     return [f"graph floor: {len(low)} of {len(f.kernels)} kernels forecast under "
-            f"{GRAPH_FLOOR_US} us each ({ms:.3f} ms); in a CUDA graph our H100 and H200 ran each "
-            "family's smallest kernel in 0.9-6.6 us, so these are likely low (docs/predictor.md, "
-            "\"What one block costs inside a CUDA graph\")"]
+            f"{GRAPH_FLOOR_US} us each ({ms:.3f} ms); {GRAPH_FLOOR_EVIDENCE}, so these are "
+            "likely low (docs/predictor.md, \"What one block costs inside a CUDA graph\")"]
 
 
 def _counts(counts: dict[str, int]) -> str:

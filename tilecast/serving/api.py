@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import onnx
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.forecast import GRAPH_FLOOR_US
+from ..analyzer.forecast import below_graph_floor
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -73,13 +73,13 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
                                                       d.batch))
     routing = expert_routing(d.results, d.s, d.batch * d.prompt, batch)
     shares = routing.shares
-    steps, floors = [], []
+    steps, first_floor = [], None
     for context in decode_contexts(d.prompt, generate):
         step = decode_kernels(kernels, d.results, d.s, d.prompt, context, batch, d.batch, tp,
                               shares)
         ms, ext, floor = run(step, run.weights(step, shares))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
-        floors.append(floor)
+        first_floor = first_floor or floor
         extrapolated |= ext
     kv = sum(kv_bytes(d.results, b) * depth.times(d.s.segment(b.row))  # the graph's batch
              for b in d.attention) / tp
@@ -90,7 +90,7 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
         weights_bytes=plan.weights_bytes, tp=tp, cluster=cl.name if cl is not None else None,
         kv_bytes_per_token=kv / (d.batch * d.prompt), extrapolated=extrapolated,
         layers=depth.target, routing=routing.to_dict(),
-        graph_floor=floors[0] if floors and floors[0].kernels else None)
+        graph_floor=first_floor if first_floor and first_floor.kernels else None)
 
 
 @dataclass(frozen=True)
@@ -147,8 +147,7 @@ class _Runner:
             index = {r.node.name: i for i, r in enumerate(self.results)}
             repeats = [self.depth.times(segment_of(k, self.s, index, {})) for k in kernels]
         times = [p.latency_ms * w * r for p, w, r in zip(preds, share, repeats, strict=True)]
-        low = [n for n, p in enumerate(preds) if self.runtime != "eager"
-               and p.latency_ms * 1e3 < GRAPH_FLOOR_US]
+        low = [n for n, p in enumerate(preds) if below_graph_floor(p.latency_ms, self.runtime)]
         floor = GraphFloor(round(sum(share[n] * repeats[n] for n in low)),
                            sum(times[n] for n in low))
         return sum(times), any(p.extrapolated for p in preds), floor

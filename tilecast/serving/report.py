@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..analyzer.forecast import GRAPH_FLOOR_US
+from ..analyzer.forecast import GRAPH_FLOOR_EVIDENCE, GRAPH_FLOOR_US
 from ..parallel.report import _table
 from .forecast import GIB, ServingForecast
 
@@ -43,9 +43,8 @@ def _floor_note(f: ServingForecast) -> str:
     g = f.graph_floor
     assert g is not None
     return (f"graph floor: {g.kernels:,} kernels of the first decode step are forecast under "
-            f"{GRAPH_FLOOR_US} us each ({g.ms:.3f} ms); in a CUDA graph our H100 and H200 ran "
-            "each family's smallest kernel in 0.9-6.6 us, so the step is likely slower "
-            "(docs/serving.md, \"Limits\")")
+            f"{GRAPH_FLOOR_US} us each ({g.ms:.3f} ms); {GRAPH_FLOOR_EVIDENCE}, so the step "
+            "is likely slower (docs/serving.md, \"Limits\")")
 
 
 def render_serving(f: ServingForecast, fmt: str) -> str:
