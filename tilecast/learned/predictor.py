@@ -292,7 +292,7 @@ class OnnxPredictor:
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, zeros, zeros, reread_bytes=p.reread,
                               reread_slice=p.reread_slice, reread_operand=p.reread_operand,
-                              cold_bytes=p.weight)
+                              cold_bytes=p.weight, generic_power=p.generic_power)
         return ft.build_features(family, kc, dc), row_tile_strings(family, kc, dc.amd), None
 
     def _matmul_features(self, p: Parts, device: Device, dc: ft.DeviceColumns,
@@ -337,8 +337,14 @@ class OnnxPredictor:
 
     def _extrapolated(self, routed: Routed, feats: dict, device: Device) -> np.ndarray:
         """Outside what the models were trained on: a feature beyond its training range (by
-        more than rounding), a dtype or vendor with no data, an estimated cost."""
+        more than rounding), a dtype or vendor with no data, an estimated cost, a convolution
+        the conv model does not cost (grouped and depthwise: the data is dense convs only)."""
         out = routed.estimated | ~np.isin(routed.dtype, list(self.trained_dtypes))
+        conv = routed.parts.get("conv")
+        out[routed.conv] = True
+        if isinstance(conv, ConvParts):
+            out[conv.kernel] = routed.estimated[conv.kernel] | ~np.isin(
+                routed.dtype[conv.kernel], list(self.trained_dtypes))
         if device.vendor not in self.trained_vendors:
             out[:] = True
         for fam, (f, _) in feats.items():
