@@ -338,29 +338,3 @@ def test_conv_dims_and_implicit_gemm(inputs, body, dims, mm):
     c = cost_of(inputs, body, "Conv")
     assert c.conv == dims and c.matmul == mm
     assert c.conv.depthwise == (dims.groups == dims.c > 1)
-
-
-# Pow by a constant exponent runs as PyTorch runs it (PowKernel.cu): arithmetic for 2, 3, -2,
-# 0.5, -0.5, -1 and 1, the math library's pow for any other exponent or a tensor one. x is
-# [4, 8] fp32: 32 elements; bytes = x + y + the one-element exponent (4).
-@pytest.mark.parametrize("exponent, flops_per, generic", [
-    ("{3.0}", 2, False),  # x * x * x (GPT-2's GELU cube)
-    ("{2.0}", 1, False),  # x * x (RMSNorm's square)
-    ("{0.5}", 1, False),  # sqrt
-    ("{-1.0}", 1, False),  # reciprocal
-    ("{2.5}", 3, True),  # the library's pow: exp(y * log(x))
-])
-def test_pow_costs_the_kernel_its_exponent_runs(exponent, flops_per, generic):
-    c = cost_of("float[4,8] x", f"e = Constant<value = float {exponent}>()\n y = Pow(x, e)",
-                "Pow")
-    assert (c.flops, c.bytes, c.generic_power) == (flops_per * 32, 4 * 64 + 4, generic)
-
-
-def test_pow_by_an_initializer_exponent_or_a_tensor_one():
-    text = ('<ir_version: 10, opset_import: ["" : 18]>\n'
-            "g (float[4,8] x, float[4,8] t) => (a, b) <float three = {3.0}> {\n"
-            " a = Pow(x, three)\n b = Pow(x, t)\n}")
-    pows = [n for n in build_graph(onnx.parser.parse_model(text)).nodes if n.op_type == "Pow"]
-    costs = [REGISTRY.lookup("", "Pow", 18).fn(n) for n in pows]
-    # the initializer's value is read at load; a tensor exponent is the library's pow
-    assert [(c.flops, c.generic_power) for c in costs] == [(2 * 32, False), (3 * 32, True)]

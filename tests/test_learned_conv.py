@@ -410,3 +410,31 @@ def test_fused_winograd_blocks_reproduce_the_recorded_grids():
     s = cd.load_conv([DATA])
     assert (s.fused != np.array(cv.FUSED_DEFAULT)).any(axis=1).sum() > 1000  # Pascal, A100
     assert (s.as_served().fused == np.array(cv.FUSED_DEFAULT)).all()
+
+
+@pytest.mark.parametrize("kernel, groups", [(1, 64), (3, 64), (3, 4)])
+def test_a_grouped_conv_is_labelled_extrapolated(tmp_path: Path, kernel: int, groups: int):
+    """The conv data holds dense 3x3 convs only: a grouped or depthwise conv is costed by
+    rule and says so. A 1x1 depthwise conv (2 FLOPs per output) was not labelled before
+    stop 45: its FLOPs per element lay inside the elementwise range it was routed through."""
+    import onnx
+    from onnx import parser
+
+    import tilecast
+
+    c_in = 64 // groups
+    model = parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        f"g (float[8,64,56,56] x) => (y) <float[64,{c_in},{kernel},{kernel}] w = {{0.0}}> {{\n"
+        f"  y = Conv<group={groups}, pads=[{kernel // 2},{kernel // 2},{kernel // 2},"
+        f"{kernel // 2}]>(x, w)\n}}")
+    onnx.save(model, tmp_path / "g.onnx")
+    dense = parser.parse_model(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        "g (float[8,64,56,56] x) => (y) <float[64,64,3,3] w = {0.0}> {\n"
+        "  y = Conv<pads=[1,1,1,1]>(x, w)\n}")
+    onnx.save(dense, tmp_path / "d.onnx")
+    (grouped,) = tilecast.analyze(tmp_path / "g.onnx", "a100-40gb").kernels
+    (plain,) = tilecast.analyze(tmp_path / "d.onnx", "a100-40gb").kernels
+    assert grouped.extrapolated and grouped.latency_ms > 0
+    assert not plain.extrapolated  # fp32 3x3 dense: inside the conv data

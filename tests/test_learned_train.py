@@ -154,23 +154,6 @@ def test_shared_data_amd_block_softmax_launches_match_the_rocm_rule(dataset_dir:
     assert not (rt.softmax_tiles(x.rows, x.cols, x.itemsize)[2] == x.block_threads).any()
 
 
-def test_which_power_each_row_ran_is_read_from_its_kernel(dataset_dir: Path) -> None:
-    """Every pow / powu row of the shared sweep (NVIDIA and AMD) called the library's pow
-    (PyTorch's fourth pow_tensor_scalar lambda); tilecast collect's powu, torch.pow(x, 2.0),
-    ran the x * x branch on the H100 and counts one multiply per element."""
-    from tilecast.learned.dataset import library_power
-
-    for vendor in ("nvidia", "amd"):
-        s = load_kernels([dataset_dir], "train", vendor=vendor)
-        ops, names = s.op[np.isin(s.op, ("pow", "powu"))], s.kernel_name[np.isin(s.op, ("pow",
-                                                                                        "powu"))]
-        assert len(ops) >= 7000 and all(map(library_power, ops, names)), vendor
-    h100 = load_kernels([Path(__file__).parents[1] / "datasets" / "h100-sxm5-80gb"], "train")
-    sq = h100.select(h100.op == "powu")
-    assert len(sq) > 100 and not any(map(library_power, sq.op, sq.kernel_name))
-    assert (sq.flops == sq.elements).all()
-
-
 def test_shared_data_tile_table_on_held_out_shapes(dataset_dir: Path, shared_train) -> None:
     pytest.importorskip("sklearn", reason="the tile table needs scikit-learn")
     from tilecast.learned import prepare

@@ -247,20 +247,3 @@ def test_a_mask_add_never_gets_faster_with_more_batch_or_heads(b, h, s, dtype, t
     for dev in DEVICES:  # float32 inference: 1e-5 relative is rounding
         a, c = (p.predict([k], dev)[0].latency_ms for k in (small, big))
         assert c >= a * (1 - 1e-5), (dev.name, b, h, s, dtype, twice)
-
-
-@pytest.mark.parametrize("elements", (4096, 1 << 20, 1 << 26))
-def test_more_arithmetic_per_element_never_takes_less_time(elements: int) -> None:
-    """Elementwise kernels of the same bytes with 0-12 FLOPs per element, on every device and
-    dtype the data measures. Before stop 45 the FLOPs per element were also a feature: on the
-    MI210 a kernel of 5 (erf GELU) was forecast 2.9x faster than one of 3, and x * x * x (2)
-    at the library pow's rate, a third of a multiply's."""
-    pred = _predictor()
-    for dev, dtype in itertools.product(DEVICES, ("float32", "bfloat16")):
-        size = DTYPE_SIZE[dtype]
-        ks = [Kernel("k", ("k",), "Mul", OpCost("elementwise", f * elements,
-                                                int(2 * size * elements), dtype,
-                                                elements=elements))
-              for f in range(13)]
-        ms = np.array([p.latency_ms for p in pred.predict(ks, dev)])
-        assert (ms[1:] >= ms[:-1] * (1 - 1e-6)).all(), (dev.name, dtype, ms)  # fp32 rounding

@@ -310,9 +310,6 @@ def test_elementwise_gradients_are_the_kernels_pytorch_runs():
         ("MulGrad", "d1", 3 * t),  # y = s * p: dP = dY * s
         # p = h^3: pow_backward's dY * (3 * h.pow(2)): the power, the scale, the product
         ("PowGrad", "d0", 3 * t), ("PowGrad", "d0_pow", 2 * t), ("PowGrad", "d0_scale", 2 * t)]
-    # h.pow(2) is PyTorch's x * x kernel (one multiply per element), not the library's pow
-    power = next(k.kernel.cost for k in f.kernels if k.kernel.name.endswith(".d0_pow"))
-    assert (power.flops, power.generic_power) == (64, False)
 
 
 CLAMP = """

@@ -20,7 +20,7 @@ from onnx import helper
 
 from ..errors import ModelLoadError, UnknownDimError
 from . import dim_exprs
-from .propagate import Propagated, propagate
+from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
 from .weightless import load_weightless, strip_proto
@@ -106,7 +106,7 @@ def _check_dims(dims: Mapping[str, int], input_dims: tuple[str, ...]) -> None:
 
 
 def _tensor_info(name: str, tp: onnx.TypeProto | None, unbound: dict[str, str],
-                 value: float | None = None) -> TensorInfo:
+                 ) -> TensorInfo:
     if tp is None or not tp.HasField("tensor_type"):
         return TensorInfo(name, None, "unknown")
     tt = tp.tensor_type
@@ -120,12 +120,12 @@ def _tensor_info(name: str, tp: onnx.TypeProto | None, unbound: dict[str, str],
         else:
             unbound.setdefault(name, d.dim_param or "?")
             shape.append(-1)
-    return TensorInfo(name, tuple(shape), dtype, value=value)
+    return TensorInfo(name, tuple(shape), dtype)
 
 
-def _initializer_info(t: onnx.TensorProto, value: float | None) -> TensorInfo:
+def _initializer_info(t: onnx.TensorProto) -> TensorInfo:
     return TensorInfo(t.name, tuple(t.dims), DTYPES.get(t.data_type, ("unknown", 4))[0],
-                      is_initializer=True, value=value)
+                      is_initializer=True)
 
 
 def _attrs(node: onnx.NodeProto) -> dict[str, Any]:
@@ -160,31 +160,30 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     # with input dims left unbound, unknown shapes are expected: the error will name the dims
     known = propagate(model, bound, fallback=set(input_dims) <= set(dims))
     unbound: dict[str, str] = {}
-    values: dict[str, TensorInfo] = {t.name: _initializer_info(t, known.scalars.get(t.name))
+    values: dict[str, TensorInfo] = {t.name: _initializer_info(t)
                                      for t in model.graph.initializer}
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     nodes = []
     for i, node in enumerate(model.graph.node):
         nodes.append(_node_view(node, i, values, known, unbound, opsets))
-    g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.types.get(vi.name),
-                                                         unbound)
+    g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.get(vi.name), unbound)
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
     return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound,
                  input_dims, tuple(d for d in input_dims if d not in dims))
 
 
-def _lookup(name: str, values: dict[str, TensorInfo], known: Propagated,
+def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],
             unbound: dict[str, str]) -> TensorInfo:
     info = values.get(name)
     if info is None:
-        info = _tensor_info(name, known.types.get(name), unbound, known.scalars.get(name))
+        info = _tensor_info(name, known.get(name), unbound)
         values[name] = info
     return info
 
 
 def _node_view(node: onnx.NodeProto, index: int, values: dict[str, TensorInfo],
-               known: Propagated, unbound: dict[str, str],
+               known: Mapping[str, Any], unbound: dict[str, str],
                opsets: Mapping[str, int]) -> NodeView:
     ins = tuple(_lookup(n, values, known, unbound) if n else None for n in node.input)
     outs = tuple(_lookup(n, values, known, unbound) for n in node.output)

@@ -13,7 +13,6 @@ needed: initializers arrive stripped of their data (``weightless.py``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -225,17 +224,8 @@ def _run(node: onnx.NodeProto, version: int, inputs: list[np.ndarray | None],
     return [np.asarray(v) if isinstance(v, (np.ndarray, np.generic)) else None for v in out]
 
 
-@dataclass(frozen=True)
-class Propagated:
-    """What one pass knows: every value's type, and the value of each one-element constant
-    (initializers and values folded at load) as a float."""
-
-    types: dict[str, onnx.TypeProto]
-    scalars: dict[str, float]
-
-
 def propagate(model: onnx.ModelProto, dims: Mapping[str, int], *, fallback: bool = True,
-              ) -> Propagated:
+              ) -> dict[str, onnx.TypeProto]:
     """The type of every value of the main graph that can be known, in one pass. Where a
     custom-domain op with no tilecast rule leaves values unknown and ``fallback`` is set,
     onnxruntime's symbolic shape inference is asked for those (``ort_fallback``)."""
@@ -244,9 +234,7 @@ def propagate(model: onnx.ModelProto, dims: Mapping[str, int], *, fallback: bool
         p.visit(node)
     if fallback and p.custom_roots:
         ort_fallback(model, dims, p.types)
-    scalars = {name: float(v.reshape(-1)[0]) for name, v in p.data.items()
-               if v.size == 1 and np.issubdtype(v.dtype, np.number)}
-    return Propagated(p.types, scalars)
+    return p.types
 
 
 def ort_fallback(model: onnx.ModelProto, dims: Mapping[str, int],

@@ -24,10 +24,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 
 from .analysis import NodeResult
-from .costs.elementwise import GENERAL_POWER, power_flops
 from .graph import Graph
 from .params import batch_norm_training, check_trainable, parameters, unfold_trained
 from .registry import BACKWARD_STEPS
@@ -156,11 +154,7 @@ def _power_grad(r: NodeResult, i: int) -> list[tuple[str, OpCost]]:
     if i != 0 or exponent is None or not (exponent.is_initializer or exponent.numel <= 1):
         return _input_grad(r, i)
     x = node.input(0)
-    # self.pow(e - 1): arithmetic for PyTorch's special exponents (GELU's cube: x * x).
-    flops = power_flops(exponent.value - 1.0) if exponent.value is not None else None
-    name, power = _elementwise("d0_pow", y.dtype, 2 * _nb(x), x.numel,
-                               GENERAL_POWER if flops is None else flops)
-    return [(name, replace(power, generic_power=flops is None)),
+    return [_elementwise("d0_pow", y.dtype, 2 * _nb(x), x.numel, 3),
             _elementwise("d0_scale", y.dtype, 2 * _nb(x), x.numel),
             _elementwise("d0", y.dtype, 3 * _nb(y), y.numel)]
 

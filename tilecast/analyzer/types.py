@@ -42,9 +42,6 @@ class TensorInfo:
     shape: tuple[int, ...] | None  # None: rank unknown
     dtype: str  # e.g. "float32"; "unknown" when the graph does not say
     is_initializer: bool = False
-    # A one-element constant's value (an initializer or a value folded at load), for the few
-    # formulas whose kernel depends on it (Pow's exponent); None otherwise.
-    value: float | None = None
 
     # cached_property writes the instance __dict__ directly, so it works on a frozen
     # dataclass: these are read several times per node on large graphs.
@@ -189,9 +186,6 @@ class OpCost:
     # A Conv or GEMM whose epilogue reads another tensor (a residual or bias add fused under
     # a graph runtime, ``analyzer.epilogues``): those bytes, already in ``bytes``.
     epilogue_bytes: int = 0
-    # Elementwise: the kernel evaluates the math library's general power function per element
-    # (a Pow whose exponent PyTorch has no arithmetic kernel for; costs/elementwise.py).
-    generic_power: bool = False
     # State the kernel reads once per pass, already in ``bytes``: a layer's KV cache in a
     # decode step (``serving.decode``). Like a layer's weights (``analyzer.weights``), it is
     # last touched a whole pass earlier, so it comes from DRAM once the pass's weights and

@@ -31,27 +31,12 @@ from .tiles import parse_tile
 # Op of the CSV -> (family, tensor operands moved per output element, FLOPs per element).
 # Operands: "u" ops have one scalar operand, so they read one tensor and write one (2); binary
 # tensor ops read two and write one (3). FLOPs per element are the analyzer's (costs/*.py):
-# the library's pow 3 (exp(y log x); tilecast collect's powu squares: 1, below), erf Gelu
-# 5, the rest 1.
+# Pow 3 (exp(y log x)), erf Gelu 5, the rest 1.
 ELEMENTWISE_OPS: dict[str, tuple[int, float]] = {
     "add": (3, 1), "addu": (2, 1), "mul": (3, 1), "mulu": (2, 1), "div": (3, 1),
     "divu": (2, 1), "pow": (3, 3), "powu": (2, 3), "relu": (2, 1), "gelu": (2, 5),
     "tanh": (2, 1),
 }
-# Which power a row ran. "pow" (a tensor exponent) always calls the math library's pow.
-# "powu" (a scalar one) runs PyTorch's pow_tensor_scalar_kernel_impl, whose first three
-# lambdas are arithmetic (exponents 2, 3, -2) and whose fourth calls the library (PyTorch
-# 2.1-2.4, PowKernel.cu): every powu row of the shared sweep names the fourth. tilecast
-# collect's powu is torch.pow(x, 2.0), the x * x branch (one multiply per element).
-_LIBRARY_POWER = re.compile(r"pow_tensor_scalar_kernel_impl<[^>]*>\([^)]*\)::\{lambda\([^)]*\)#4\}")
-SQUARE_FLOPS_PER_ELEMENT = 1
-
-
-def library_power(op: str, kernel_name: str) -> bool:
-    """The row's kernel evaluates the math library's pow per element."""
-    return op == "pow" or (op == "powu" and _LIBRARY_POWER.search(kernel_name) is not None)
-
-
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 LAYERNORM_FLOPS_PER_ELEMENT = 8  # mean 1, variance 3, normalize 2, affine 2
 FAMILY_OF_OP = {"bmm": "matmul", "linear": "matmul", "softmax": "softmax", "ln": "layernorm",
@@ -188,9 +173,6 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
             dtype = COLLECT_DTYPES.get(raw, raw)
             itemsize = DTYPE_SIZE.get(dtype, 4)
             flops, nbytes = _flops_bytes(op, dims, itemsize)
-            kernel = r.get("Kernel Name", "")
-            if op == "powu" and not library_power(op, kernel):
-                flops = SQUARE_FLOPS_PER_ELEMENT * dims[-1]
             grid = max(_int(r, "Grid x"), 1) * max(_int(r, "Grid y"), 1) * max(_int(r, "Grid z"), 1)
             threads = max(_int(r, "Block x"), 1) * max(_int(r, "Block y"), 1) * max(
                 _int(r, "Block z"), 1)
@@ -199,7 +181,7 @@ def read_csv(path: Path, split: str) -> KernelSamples | None:
                                   strict=True):
                 cols[key].append(value)
             values = (op, FAMILY_OF_OP[op], r["Device"].strip(), split, float(r["Latency"]),
-                      flops, nbytes, dtype, itemsize, kernel, grid, threads)
+                      flops, nbytes, dtype, itemsize, r.get("Kernel Name", ""), grid, threads)
             for key, value in zip(("op", "family", "device", "split", "latency_ms", "flops",
                                    "bytes", "dtype", "itemsize", "kernel_name", "grid",
                                    "block_threads"),

@@ -21,7 +21,7 @@ import numpy as np
 from ..analyzer.predictor import Predictor, RooflinePredictor
 from ..analyzer.types import Kernel, MatmulDims, OpCost, RowDims
 from ..errors import ConfigError
-from .dataset import KernelSamples, library_power, load_kernels
+from .dataset import KernelSamples, load_kernels
 from .prepare import DeviceLookup, default_lookup
 
 # Report family of a sample: bmm.csv -> "matmul", linear.csv -> "linear".
@@ -62,8 +62,7 @@ def to_kernels(s: KernelSamples) -> list[Kernel]:
             else None
         cost = OpCost(family=_COST_FAMILY[fam], flops=int(s.flops[i]), bytes=int(s.bytes[i]),
                       dtype=str(s.dtype[i]), unit="matrix" if mm else "vector", matmul=mm,
-                      rows=rows, elements=int(s.elements[i]),
-                      generic_power=library_power(op, s.kernel_name[i]))
+                      rows=rows, elements=int(s.elements[i]))
         out.append(Kernel(name=f"{op}_{i}", nodes=(f"{op}_{i}",),
                           op_type=_OP_TYPE.get(op, op.capitalize()), cost=cost))
     return out

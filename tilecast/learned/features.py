@@ -75,7 +75,7 @@ FIXED_EXCLUDED = SETUP_EXCLUDED | {"log2_sms", "log2_l2_mb", "amd", "log2_watts_
 FEATURES: dict[str, tuple[str, ...]] = {
     "matmul": _DEVICE + ("log2_tile_m", "log2_tile_n", "tile_intensity", "log2_split",
                          "layout_tn", "tensor_core"),
-    "elementwise": _DEVICE + ("operands_per_element", "generic_power"),
+    "elementwise": _DEVICE + ("operands_per_element", "log2_flops_per_element"),
     "softmax": _DEVICE + _ROW,
     "layernorm": _DEVICE + _ROW,
     # Dense convolutions (``conv.py``: cuDNN's algorithm and its work).
@@ -97,7 +97,7 @@ UNITS: dict[str, str] = {
     "tensor_core": "1 when the kernel runs on tensor / matrix cores, 0 on SIMT units",
     "operands_per_element": "(bytes less a broadcast operand) / (elements * itemsize): "
                             "tensors streamed per element",
-    "generic_power": "1 when the kernel evaluates the math library's pow per element, else 0",
+    "log2_flops_per_element": "log2(1 + FLOPs / elements)",
     "log2_cols": "log2 of the row length (elements)",
     "log2_threads": "log2(threads per block / 128)",
     "rows_per_block": "rows one block handles / 8 (warp-per-row kernels handle several)",
@@ -137,9 +137,6 @@ class KernelColumns:
     reread_bytes: np.ndarray | None = None
     reread_slice: np.ndarray | None = None
     reread_operand: np.ndarray | None = None
-    # Elementwise: 1 where the kernel evaluates the math library's pow (OpCost.generic_power);
-    # None: 0.
-    generic_power: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -285,13 +282,9 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     # (to 1 % on the MI250; tests/test_predictor_properties.py).
     moved = kc.bytes + (0.0 if kc.reread_bytes is None else kc.reread_bytes)
     block_bytes = per_block * moved / elements
-    # The FLOPs enter through the compute term only, so more arithmetic per element never runs
-    # faster. As a feature, FLOPs per element stood for the op: on the MI210 a kernel of 5
-    # (erf GELU) ran 2.9x faster than one of 3 (the library's pow), and one of 2 (x * x * x)
-    # took the pow's rate. What sets a kernel apart is the pow call, so that is the feature.
-    power = np.zeros_like(elements) if kc.generic_power is None else kc.generic_power
     x = _device_x(kc, dc) | {
-        "operands_per_element": streams_per_element(kc, elements), "generic_power": power}
+        "operands_per_element": streams_per_element(kc, elements),
+        "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
     return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
                    block_bytes, 0.0, broadcast_misses(kc, dc), cold=kc.cold_bytes)
 

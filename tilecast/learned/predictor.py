@@ -292,7 +292,7 @@ class OnnxPredictor:
         kc = ft.KernelColumns(p.flops, p.bytes, p.itemsize, p.elements, p.b, p.m, p.n, p.k,
                               p.rows, p.cols, zeros, zeros, reread_bytes=p.reread,
                               reread_slice=p.reread_slice, reread_operand=p.reread_operand,
-                              cold_bytes=p.weight, generic_power=p.generic_power)
+                              cold_bytes=p.weight)
         return ft.build_features(family, kc, dc), row_tile_strings(family, kc, dc.amd), None
 
     def _matmul_features(self, p: Parts, device: Device, dc: ft.DeviceColumns,

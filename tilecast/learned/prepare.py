@@ -14,7 +14,7 @@ import numpy as np
 from ..device_db.device import Device
 from . import features as ft
 from . import tiles as tl
-from .dataset import KernelSamples, library_power
+from .dataset import KernelSamples
 
 DeviceLookup = Callable[[str], Device]
 # "conv" trains from its own CSVs (conv_train.py), on every GPU that has them.
@@ -107,10 +107,8 @@ def family_data(s: KernelSamples, family: str, table: tl.TileTable | None = None
     units = np.full(n, "matrix" if family == "matmul" else "vector", dtype=object)
     dc = ft.device_columns(devices, which, s.dtype, units)
     f = np.float64
-    power = np.array([library_power(op, name) for op, name in zip(s.op, s.kernel_name,
-                                                                   strict=True)], dtype=f)
     kc = ft.KernelColumns(s.flops.astype(f), s.bytes.astype(f), s.itemsize.astype(f),
                           s.elements.astype(f), s.b.astype(f), s.m.astype(f), s.n.astype(f),
                           s.k.astype(f), s.rows.astype(f), s.cols.astype(f), tm, tn, split,
-                          (s.op == "linear").astype(f), generic_power=power)
+                          (s.op == "linear").astype(f))
     return FamilyData(ft.build_features(family, kc, dc), s.latency_ms, s.device, s.op, tile)

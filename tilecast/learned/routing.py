@@ -76,8 +76,6 @@ class Parts:
     reread: np.ndarray
     reread_slice: np.ndarray
     reread_operand: np.ndarray
-    # Elementwise: 1 where the kernel evaluates the math library's pow (OpCost.generic_power).
-    generic_power: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -102,7 +100,7 @@ class Routed:
 
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
-                   "estimated", "reread", "state_bytes", "generic_power")
+                   "estimated", "reread", "state_bytes")
 _MM = attrgetter("b", "m", "n", "k", "weight_b")
 _ROWS = attrgetter("rows", "cols")
 _REREAD = attrgetter("bytes", "slice_bytes", "operand_bytes")
@@ -117,7 +115,7 @@ def _layout_code(op_type: str, mm) -> int:
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
-    """(numbers (n, 21), dtype names, unit names) read from the kernels in one pass (the hot
+    """(numbers (n, 20), dtype names, unit names) read from the kernels in one pass (the hot
     loop of serving: C-level attribute getters, one tuple per kernel); columns 14 and 15
     index the name lists."""
     recs = []
@@ -126,8 +124,7 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
     units: dict[str, int] = {}
     size, kinds = DTYPE_SIZE, _KIND
     for kernel in kernels:
-        fam, flops, nbytes, dtype, elements, mm, rd, unit, est, rr, state, power = \
-            _COST(kernel.cost)
+        fam, flops, nbytes, dtype, elements, mm, rd, unit, est, rr, state = _COST(kernel.cost)
         d = dtypes.get(dtype)
         if d is None:
             d = dtypes[dtype] = len(dtypes)
@@ -138,8 +135,8 @@ def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:
                 *(_MM(mm) if mm is not None else _NO_MM),
                 *(_ROWS(rd) if rd is not None else _NO_ROWS),
                 _layout_code(kernel.op_type, mm), est, d, u,
-                *(_REREAD(rr) if rr is not None else _NO_REREAD), state, power))
-    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 21)
+                *(_REREAD(rr) if rr is not None else _NO_REREAD), state))
+    arr = np.array(recs, dtype=np.float64).reshape(len(recs), 20)
     return arr, list(dtypes), list(units)
 
 
@@ -154,7 +151,7 @@ def _parts(idx: np.ndarray, cols: dict[str, np.ndarray], dtype: np.ndarray, unit
         np.zeros(n, dtype=bool), np.asarray(cols.get("weight", np.zeros(n)), dtype=np.float64),
         np.broadcast_to(np.asarray(cols.get("fused", False), dtype=bool), (n,)).copy(),
         *(np.asarray(cols.get(k, np.zeros(n)), dtype=np.float64)
-          for k in ("reread", "reread_slice", "reread_operand", "generic_power")))
+          for k in ("reread", "reread_slice", "reread_operand")))
 
 
 def _bytewise(p: Parts) -> Parts:
@@ -214,7 +211,6 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
                     "weight_b", "rows", "cols", "gemm"), a.T[:13], strict=True))
     col["reread"], col["reread_slice"], col["reread_operand"] = a[:, 16], a[:, 17], a[:, 18]
     col["weight"] = a[:, 19]  # a memory-bound kernel's pass state (OpCost.state_bytes)
-    col["generic_power"] = a[:, 20]
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
     dense, grouped = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions

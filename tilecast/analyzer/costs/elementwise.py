@@ -72,6 +72,7 @@ register_all(ONE_OP, elementwise(1))
 register_all(("Cast", "CastLike"), elementwise(1, out_dtype=True))
 register_all(("Sum", "Max", "Min"), variadic())
 register_all(("Mean",), variadic(1))  # the sum, then one divide
+register_all(("Pow",), elementwise(3))  # exp(y * log(x))
 register_all(("Clip", "LeakyRelu", "PRelu", "ThresholdedRelu"), elementwise(2))  # compare + op
 register_all(("Sigmoid",), elementwise(SIGMOID))
 register_all(("Softsign",), elementwise(3))  # x / (1 + |x|)
@@ -91,34 +92,6 @@ register_all(("Gelu",), elementwise(GELU_ERF), domain=MS)
 register_all(("QuickGelu",), elementwise(SIGMOID + 2), domain=MS)  # x * sigmoid(alpha * x)
 register_all(("BiasGelu",), elementwise(GELU_ERF + 1), domain=MS)  # bias add, then erf Gelu
 register_all(("BiasAdd",), elementwise(2), domain=MS)  # X + bias + skip
-
-
-# PyTorch runs a floating Pow by a constant exponent as arithmetic where it can (PowKernel.cu,
-# pow_tensor_scalar_kernel: 0.5 sqrt, -0.5 rsqrt, -1 reciprocal; its _impl: 2 x*x, 3 x*x*x,
-# -2 1/(x*x); pow_out: 1 a copy): FLOPs per element of each. Any other exponent, or a tensor
-# one, evaluates the math library's pow, counted exp(y * log(x)). The labels time GPT-2's
-# GELU cube (pow 3) at the rate of a multiply on every GPU; the sweep's general power
-# ("powu", the library's pow) runs at a third of it on the MI100 and MI210.
-FLOATING = frozenset({"float16", "bfloat16", "float32", "float64"})
-POWER_ARITHMETIC = {2.0: 1, 3.0: 2, -2.0: 2, 0.5: 1, -0.5: 1, -1.0: 1, 1.0: 0}
-GENERAL_POWER = 3  # exp(y * log(x))
-
-
-def power_flops(exponent: float | None) -> int | None:
-    """FLOPs per element of ``x ** exponent`` as arithmetic, or None for the library's pow."""
-    return None if exponent is None else POWER_ARITHMETIC.get(float(exponent))
-
-
-def power(node: NodeView) -> OpCost:
-    """ONNX Pow: arithmetic for PyTorch's special exponents, the general power otherwise."""
-    e = node.input(1)
-    arithmetic = power_flops(e.value if e is not None and e.known and e.numel == 1 else None)
-    if arithmetic is not None and node.outputs[0].dtype in FLOATING:
-        return _cost(node, arithmetic)
-    return replace(_cost(node, GENERAL_POWER), generic_power=True)
-
-
-register_all(("Pow",), power)
 
 
 def gelu(node: NodeView) -> OpCost:
