@@ -9,8 +9,11 @@ from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
+from onnx import parser
 
+import tilecast
 from tilecast.analyzer.types import ConvDims, Kernel, MatmulDims, OpCost
 from tilecast.learned import conv as cv
 
@@ -417,11 +420,6 @@ def test_a_grouped_conv_is_labelled_extrapolated(tmp_path: Path, kernel: int, gr
     """The conv data holds dense 3x3 convs only: a grouped or depthwise conv is costed by
     rule and says so. A 1x1 depthwise conv (2 FLOPs per output) was not labelled before
     stop 45: its FLOPs per element lay inside the elementwise range it was routed through."""
-    import onnx
-    from onnx import parser
-
-    import tilecast
-
     c_in = 64 // groups
     model = parser.parse_model(
         '<ir_version: 8, opset_import: ["" : 17]>\n'

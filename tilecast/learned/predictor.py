@@ -340,11 +340,11 @@ class OnnxPredictor:
         more than rounding), a dtype or vendor with no data, an estimated cost, a convolution
         the conv model does not cost (grouped and depthwise: the data is dense convs only)."""
         out = routed.estimated | ~np.isin(routed.dtype, list(self.trained_dtypes))
+        by_conv_model = np.zeros(len(out), dtype=bool)
         conv = routed.parts.get("conv")
-        out[routed.conv] = True
         if isinstance(conv, ConvParts):
-            out[conv.kernel] = routed.estimated[conv.kernel] | ~np.isin(
-                routed.dtype[conv.kernel], list(self.trained_dtypes))
+            by_conv_model[conv.kernel] = True
+        out |= routed.conv & ~by_conv_model
         if device.vendor not in self.trained_vendors:
             out[:] = True
         for fam, (f, _) in feats.items():
