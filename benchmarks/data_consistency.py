@@ -1,4 +1,4 @@
-"""Do the shared dataset's two measurement sources agree? Six checks, printed per GPU.
+"""Do the shared dataset's two measurement sources agree? Seven checks, printed per GPU.
 
     python benchmarks/data_consistency.py [--data ../shared/datasets/neusight-asplos25]
 
@@ -28,6 +28,10 @@
    microseconds of GPU work) and the median excess of the recorded latency over a baseline
    that knows the shape but not the position, in three size classes of that baseline. An
    excess that rises alike for small and large convs is time added per call, not by the GPU.
+7. Linear GEMMs by reduction length K (both splits): the median TFLOP/s of the rows that take
+   10-100 ms (long enough that dispatch and launch do not count), per K band, over the band
+   K < 2,048. At a fixed duration a longer reduction runs slower per FLOP on most GPUs, though
+   its tiles do more work per operand byte loaded (docs/predictor.md, "Long reductions").
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import statistics
 import sys
 from collections import defaultdict
@@ -259,6 +264,42 @@ def conv_drift(data: Path) -> list[str]:
     return lines
 
 
+K_BANDS = (0, 2048, 8192, 16384, 32768, 2**62)  # check 7's reduction lengths
+DURATION_MS = (10.0, 100.0)  # check 7's rows: compute-bound, past the fixed costs
+
+
+def long_reductions(data: Path) -> list[str]:
+    from tilecast.learned.dataset import KernelSamples, load_kernels
+
+    return k_band_lines(KernelSamples.concat([load_kernels([data], sp, vendor)
+                                              for sp in ("train", "eval")
+                                              for vendor in ("nvidia", "amd")]))
+
+
+def k_band_lines(s) -> list[str]:
+    """Check 7 on kernel samples ``s`` (``tilecast.learned.dataset.KernelSamples``)."""
+    import numpy as np
+
+    rate = s.flops / s.latency_ms / 1e9  # TFLOP/s
+    lo_ms, hi_ms = DURATION_MS
+    sel = (s.op == "linear") & (s.latency_ms >= lo_ms) & (s.latency_ms < hi_ms)
+    bands = list(itertools.pairwise(K_BANDS))
+    heads = [f"{lo // 1024}k-{hi // 1024}k" if hi < K_BANDS[-1] else f">={lo // 1024}k"
+             for lo, hi in bands]
+    lines = [f"7. Linear TFLOP/s by reduction length K, rows of {lo_ms:g}-{hi_ms:g} ms: "
+             "the first band's median, then each band's median over it (rows)",
+             f"{'gpu':26s} {'TFLOP/s':>8s} " + " ".join(f"{h:>13s}" for h in heads[1:])]
+    for dev in sorted(set(s.device[sel].tolist())):
+        med = []
+        for lo, hi in bands:
+            m = sel & (s.device == dev) & (s.k >= lo) & (s.k < hi)
+            med.append((float(np.median(rate[m])) if m.any() else float("nan"), int(m.sum())))
+        first = med[0][0]
+        cells = (f"{r / first:6.2f} ({n:4d})" if n else f"{'-':>13s}" for r, n in med[1:])
+        lines.append(f"{dev:26s} {first:8.2f} " + " ".join(cells))
+    return lines
+
+
 def parse_data_args(doc: str | None) -> Path | None:
     """The ``--data`` folder of a shared-dataset benchmark, or None after one ``Error:`` line
     when it holds no labels."""
@@ -278,7 +319,7 @@ def main() -> int:
     runs = labelled_runs(data)
     for block in (same_gemm(runs, sweep_linears(data)), backward_ratios(runs),
                   step_over_nodes(runs), attention_passes(runs), split_pairs(data),
-                  conv_drift(data)):
+                  conv_drift(data), long_reductions(data)):
         print("\n".join(block), end="\n\n")
     return 0
 
