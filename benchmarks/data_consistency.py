@@ -29,9 +29,11 @@
    that knows the shape but not the position, in three size classes of that baseline. An
    excess that rises alike for small and large convs is time added per call, not by the GPU.
 7. Linear GEMMs by reduction length K (both splits): the median TFLOP/s of the rows that take
-   10-100 ms (long enough that dispatch and launch do not count), per K band, over the band
-   K < 2,048. At a fixed duration a longer reduction runs slower per FLOP on most GPUs, though
-   its tiles do more work per operand byte loaded (docs/predictor.md, "Long reductions").
+   10-100 ms (long enough that dispatch and launch do not count) and have at least 4M outputs
+   (M x N: 256 tiles of 128 x 128, two waves or more on every GPU; without it, a fixed duration
+   gives the long reductions few output tiles), per K band, over the band K < 2,048. A longer
+   reduction runs slower per FLOP on the P100, the A100s and the AMD GPUs, though its tiles
+   do more work per operand byte loaded (docs/predictor.md, "Long reductions").
 
 Why: the predictor trains on (1)'s sweep and is scored end to end against labels whose kernels
 were timed as in (1)'s per-node column; a GPU whose two sources disagree cannot be forecast
@@ -266,6 +268,7 @@ def conv_drift(data: Path) -> list[str]:
 
 K_BANDS = (0, 2048, 8192, 16384, 32768, 2**62)  # check 7's reduction lengths
 DURATION_MS = (10.0, 100.0)  # check 7's rows: compute-bound, past the fixed costs
+MIN_OUTPUTS = 2**22  # and several waves of output tiles
 
 
 def long_reductions(data: Path) -> list[str]:
@@ -282,12 +285,14 @@ def k_band_lines(s) -> list[str]:
 
     rate = s.flops / s.latency_ms / 1e9  # TFLOP/s
     lo_ms, hi_ms = DURATION_MS
-    sel = (s.op == "linear") & (s.latency_ms >= lo_ms) & (s.latency_ms < hi_ms)
+    sel = ((s.op == "linear") & (s.latency_ms >= lo_ms) & (s.latency_ms < hi_ms)
+           & (s.m * s.n >= MIN_OUTPUTS))
     bands = list(itertools.pairwise(K_BANDS))
     heads = [f"{lo // 1024}k-{hi // 1024}k" if hi < K_BANDS[-1] else f">={lo // 1024}k"
              for lo, hi in bands]
-    lines = [f"7. Linear TFLOP/s by reduction length K, rows of {lo_ms:g}-{hi_ms:g} ms: "
-             "the first band's median, then each band's median over it (rows)",
+    lines = [f"7. Linear TFLOP/s by reduction length K, rows of {lo_ms:g}-{hi_ms:g} ms with "
+             f">= {MIN_OUTPUTS / 2**20:g}M outputs: the first band's median, then each band's "
+             "median over it (rows)",
              f"{'gpu':26s} {'TFLOP/s':>8s} " + " ".join(f"{h:>13s}" for h in heads[1:])]
     for dev in sorted(set(s.device[sel].tolist())):
         med = []
