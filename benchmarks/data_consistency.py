@@ -49,6 +49,7 @@ import statistics
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = REPO.parent / "shared" / "datasets" / "neusight-asplos25"
@@ -57,6 +58,9 @@ sys.path.insert(0, str(REPO))
 from tilecast.evaluation.by_family import num_layer  # noqa: E402
 from tilecast.evaluation.fx_nodes import HOST, FxNode, read_per_node_csv  # noqa: E402
 from tilecast.evaluation.labels import Label, discover_labels  # noqa: E402
+
+if TYPE_CHECKING:
+    from tilecast.learned.dataset import KernelSamples
 
 GEMM_MODULES = ("Linear", "Conv1D")  # nn.Linear and transformers' Conv1D (GPT-2): one GEMM
 # Op kinds of check 2: fx target -> kind.
@@ -196,13 +200,17 @@ def _split_ratios(s, sel, dims, speed) -> list[float]:
     return out
 
 
-def split_pairs(data: Path) -> list[str]:
-    import numpy as np
-
+def kernel_samples(data: Path) -> KernelSamples:
+    """Every kernel of the sweep, both splits and vendors (checks 5 and 7)."""
     from tilecast.learned.dataset import KernelSamples, load_kernels
 
-    s = KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")
-                              for vendor in ("nvidia", "amd")])
+    return KernelSamples.concat([load_kernels([data], sp, vendor) for sp in ("train", "eval")
+                                 for vendor in ("nvidia", "amd")])
+
+
+def split_pairs(s: KernelSamples) -> list[str]:
+    import numpy as np
+
     gemm = np.log(np.stack([s.b, s.m, s.n, s.k], 1).astype(float).clip(1))
     rows = np.log(np.stack([s.rows, s.cols], 1).astype(float).clip(1))
     # (label, rows, dims, speed): GEMMs of >= 1 GFLOP by FLOP rate (compute-bound: they run
@@ -271,16 +279,8 @@ DURATION_MS = (10.0, 100.0)  # check 7's rows: compute-bound, past the fixed cos
 MIN_OUTPUTS = 2**22  # and several waves of output tiles
 
 
-def long_reductions(data: Path) -> list[str]:
-    from tilecast.learned.dataset import KernelSamples, load_kernels
-
-    return k_band_lines(KernelSamples.concat([load_kernels([data], sp, vendor)
-                                              for sp in ("train", "eval")
-                                              for vendor in ("nvidia", "amd")]))
-
-
-def k_band_lines(s) -> list[str]:
-    """Check 7 on kernel samples ``s`` (``tilecast.learned.dataset.KernelSamples``)."""
+def long_reductions(s: KernelSamples) -> list[str]:
+    """Check 7 on kernel samples ``s``."""
     import numpy as np
 
     rate = s.flops / s.latency_ms / 1e9  # TFLOP/s
@@ -321,10 +321,10 @@ def main() -> int:
     data = parse_data_args(__doc__)
     if data is None:
         return 2
-    runs = labelled_runs(data)
+    runs, kernels = labelled_runs(data), kernel_samples(data)
     for block in (same_gemm(runs, sweep_linears(data)), backward_ratios(runs),
-                  step_over_nodes(runs), attention_passes(runs), split_pairs(data),
-                  conv_drift(data), long_reductions(data)):
+                  step_over_nodes(runs), attention_passes(runs), split_pairs(kernels),
+                  conv_drift(data), long_reductions(kernels)):
         print("\n".join(block), end="\n\n")
     return 0
 

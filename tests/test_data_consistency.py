@@ -43,7 +43,7 @@ def test_k_bands_are_medians_over_the_short_band_at_a_fixed_duration() -> None:
                   ("linear", "GPU A", 1100, 5.0, 5.0),
                   ("bmm", "GPU A", 40000, 400.0, 20.0),
                   ("linear", "GPU A", 50000, 10.0, 20.0, 64)])
-    lines = _bench().k_band_lines(s)
+    lines = _bench().long_reductions(s)
     row = next(line for line in lines if line.startswith("GPU A"))
     assert row.split()[2] == "10.00"  # TFLOP/s of the K < 2,048 band
     assert row.endswith("0.50 (   1)")  # >= 32k: one row at half the rate

@@ -79,7 +79,8 @@ def analyze_serving(model: str | os.PathLike[str] | onnx.ModelProto,
                               shares)
         ms, ext, floor = run(step, run.weights(step, shares))
         steps.append(DecodeStep(context, ms + plan.comm_ms(batch, batch)))
-        first_floor = first_floor or floor
+        if first_floor is None:  # the report shows the first decode step's
+            first_floor = floor
         extrapolated |= ext
     kv = sum(kv_bytes(d.results, b) * depth.times(d.s.segment(b.row))  # the graph's batch
              for b in d.attention) / tp
