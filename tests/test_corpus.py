@@ -7,6 +7,8 @@ optimizer and quantizers) and cached across sessions under ~/.cache/tilecast/cor
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
 pytest.importorskip("torch")
@@ -26,9 +28,13 @@ def forecast(name: str, device: str = "l4") -> tilecast.Forecast:
 @pytest.mark.parametrize("device", ["l4", "h100"])
 @pytest.mark.parametrize("name", TESTED)
 def test_analyzes_as_exported(name, device):
-    f = forecast(name, device)
+    path = corpus.build(name)  # exporters warn; analyzing must not
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        f = tilecast.analyze(path, device, dims=corpus.dims_of(name))
     assert f.total_ms > 0
     assert (dict(f.unsupported), dict(f.unshaped), f.incomplete) == ({}, {}, False)
+    assert [f"{w.category.__name__}: {w.message}" for w in caught] == []
 
 
 def test_every_exporter_kind_is_in_the_corpus():

@@ -91,6 +91,30 @@ def test_unshaped_nodes_are_counted_and_the_forecast_completes():
     data = json.loads(f.to_json())
     assert (data["unshaped"], data["incomplete"]) == ({"NonZero": 1, "Transpose": 1}, True)
     assert tilecast.Forecast.from_json(f.to_json()).unshaped == f.unshaped
+    # NonZero is where the shapes stop (its input is known; -1: the data-dependent count);
+    # Transpose only inherits it. Unnamed nodes are named by op type and position.
+    assert f.unshaped_from == "'NonZero_0' (NonZero, shapes ([4, 3]) -> ([2, -1]))"
+    assert tilecast.Forecast.from_json(f.to_json()).unshaped_from == f.unshaped_from
+
+
+# A loop unrolled at trace time: the exporter wrote the traced length (4) as a constant, so
+# binding seq to anything else gives an Add whose inputs do not broadcast.
+TRACED = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[batch, seq] x, float[batch, 4] h) => (float[batch, seq] y) {
+  a = Add(x, h)
+  y = Relu(a)
+}"""
+
+
+@pytest.mark.parametrize(("seq", "stopped"), [
+    (4, ""),  # the traced size: every shape is known
+    (9, "'Add_0' (Add, shapes ([2, 9], [2, 4]) -> (?))"),  # 9 and 4 do not broadcast
+])
+def test_unshaped_names_where_the_shapes_stop(seq, stopped):
+    f = tilecast.analyze(onnx.parser.parse_model(TRACED), "l4", dims={"batch": 2, "seq": seq},
+                         predictor="roofline")
+    assert f.unshaped_from == stopped and bool(f.unshaped) == bool(stopped)
 
 
 @pytest.fixture
@@ -102,9 +126,11 @@ def data_dependent_path(tmp_path):
 
 @pytest.mark.parametrize("fmt, shown", [
     ("table", "unshaped ops: NonZero x1, Transpose x1"),
+    ("table", "(first stopped at 'NonZero_0' (NonZero, shapes ([4, 3]) -> ([2, -1])))"),
     ("markdown", "unshaped ops: NonZero x1, Transpose x1"),
     ("csv", ",unshaped,"),
     ("json", '"unshaped": {'),
+    ("json", '"unshaped_from": "\'NonZero_0\' (NonZero'),
 ])
 def test_unshaped_shown_in_every_format(data_dependent_path, fmt, shown):
     r = CliRunner().invoke(main, ["analyze", str(data_dependent_path), "-d", "l4",
@@ -117,7 +143,7 @@ def test_strict_fails_an_incomplete_forecast_with_one_error_line(data_dependent_
                                   "--predictor", "roofline", "--strict"])
     errors = [line for line in r.output.splitlines() if line.startswith("Error:")]
     assert r.exit_code == 2 and len(errors) == 1
-    assert "0 unsupported and 2 unshaped" in errors[0]
+    assert "0 unsupported and 2 unshaped" in errors[0] and "stop at 'NonZero_0'" in errors[0]
 
 
 def test_cli_unknown_dim_is_one_error_line(tmp_path):

@@ -102,7 +102,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
     write_output(render(forecast, fmt, top), output)
     if strict and forecast.incomplete:
         fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
-              f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)")
+              f"unsupported and {sum(forecast.unshaped.values())} unshaped node(s)"
+              + (f" (shapes stop at {forecast.unshaped_from})" if forecast.unshaped_from else ""))
 
 
 @main.command()

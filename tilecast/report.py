@@ -106,6 +106,8 @@ def _unsupported_lines(f: Forecast) -> list[str]:
     lines = [f"unsupported ops: {_counts(dict(f.unsupported))}"]
     if f.unshaped:
         lines.append(f"unshaped ops: {_counts(dict(f.unshaped))} (shapes cannot be derived)")
+        if f.unshaped_from:
+            lines.append(f"  (first stopped at {f.unshaped_from})")
     if f.incomplete:
         lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
                      "ms of the total; the forecast is incomplete)")

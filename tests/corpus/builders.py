@@ -333,6 +333,35 @@ def gpt2_small_inline(path: Path) -> None:
     _legacy(model, _text_inputs(DECODER_INPUTS), DECODER_INPUTS, path)
 
 
+T5_INPUTS = ("input_ids", "attention_mask", "decoder_input_ids")
+
+
+def t5_legacy(path: Path) -> None:
+    """T5 encoder-decoder: relative-position buckets (a log of host-side distances, -inf on the
+    diagonal) and a decoder that shares the ``sequence`` dim with the encoder."""
+    import transformers
+
+    _torch()
+    cfg = transformers.T5Config(d_model=HIDDEN, d_ff=4 * HIDDEN, num_layers=2, num_heads=HEADS,
+                                d_kv=HIDDEN // HEADS, vocab_size=1000, use_cache=False)
+    ids, mask = _text_inputs(("input_ids", "attention_mask"))
+    _legacy(transformers.T5Model(cfg).eval(), (ids, mask, ids), T5_INPUTS, path)
+
+
+def wav2vec2_legacy(path: Path) -> None:
+    """wav2vec2: a strided Conv1d feature encoder over raw audio and a grouped positional
+    convolution (16 groups)."""
+    import transformers
+
+    torch = _torch()
+    cfg = transformers.Wav2Vec2Config(
+        hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=HEADS,
+        intermediate_size=4 * HIDDEN, conv_dim=(32, 32), conv_stride=(5, 2), conv_kernel=(10, 3),
+        num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=16)
+    model = transformers.Wav2Vec2Model(cfg).eval()
+    _legacy(model, (torch.randn(BATCH, 1600),), ("input_values",), path)
+
+
 IMAGE = ("batch",)
 PAST_DIMS = ("batch", "sequence", "past_sequence_length")
 CORPUS: dict[str, Spec] = {
@@ -358,6 +387,8 @@ CORPUS: dict[str, Spec] = {
     "cnn_qdq": Spec(cnn_qdq, ("cnn_legacy",), "QDQ static quantization", dims=IMAGE),
     "lstm_legacy": Spec(lstm_legacy, family="LSTM"),
     "gru_legacy": Spec(gru_legacy, family="GRU"),
+    "t5_legacy": Spec(t5_legacy, family="HF T5 encoder-decoder, legacy"),
+    "wav2vec2_legacy": Spec(wav2vec2_legacy, family="HF wav2vec2: Conv1d over audio, legacy"),
     "gpt2_small_inline": Spec(gpt2_small_inline, family="large inline weights", bench_only=True),
     "gpt2_small_ort_opt": Spec(gpt2_small_ort_opt, ("gpt2_small_inline",),
                                "ORT optimizer, large inline weights", bench_only=True),

@@ -88,6 +88,17 @@ def _check_bound(graph: Graph, node: NodeView) -> NodeResult | None:
                                     f"(shapes {node.shape_str()})", outcome="unshaped")
 
 
+def unshaped_root(results: Iterable[NodeResult]) -> str:
+    """The first unshaped node whose inputs are all shaped: where propagation stopped (the
+    rest inherit the unknown). Its input shapes say why: a data-dependent output (NonZero), or
+    inputs the op rejects, as a graph traced at one size and bound to another gives."""
+    for r in results:
+        node = r.node
+        if r.outcome == "unshaped" and all(_known(t) for t in node.inputs if t is not None):
+            return f"'{node.name}' ({node.op_type}, shapes {node.shape_str()})"
+    return ""
+
+
 def cost_node(graph: Graph, node: NodeView, registry: CostRegistry = REGISTRY) -> NodeResult:
     entry = registry.lookup(node.domain, node.op_type, node.opset)
     if isinstance(entry, ZeroCost):

@@ -159,6 +159,7 @@ class Forecast:
     math: str = "graph"  # the math mode assumed (analyzer/mathmode.py)
     runtime: str = "eager"  # the runtime assumed (analyzer/runtime.py)
     unshaped: Mapping[str, int] = field(default_factory=dict)  # op_type -> count
+    unshaped_from: str = ""  # the node where shape propagation stopped (analysis.unshaped_root)
 
     @property
     def incomplete(self) -> bool:
@@ -237,6 +238,7 @@ class Forecast:
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
             "unshaped": dict(sorted(self.unshaped.items())),
+            "unshaped_from": self.unshaped_from,
             "incomplete": self.incomplete,
             "zero_cost": dict(sorted(self.zero_cost.items())),
             "zero_cost_reasons": [z.to_dict() for z in self.zero_cost_reasons],
@@ -272,6 +274,7 @@ class Forecast:
             # Forecasts written before math modes and runtimes existed assumed these.
             math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
             unshaped=dict(data.get("unshaped") or {}),
+            unshaped_from=str(data.get("unshaped_from", "")),
         )
         _check_totals(data, forecast, origin)
         return forecast

@@ -12,7 +12,7 @@ import onnx
 from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
-from .analysis import NodeResult, cost_graph
+from .analysis import NodeResult, cost_graph, unshaped_root
 from .epilogues import fuse_epilogues
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, ZeroCostOp
@@ -142,6 +142,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
         unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
+        unshaped_from=unshaped_root(results),
         fusion=fusion, dims=dict(dims or {}), node_count=node_count,
         zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )
