@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .shape_rules import RULES, Shape
+from .shape_rules import CORRECTIONS, RULES, Shape
 from .weightless import has_data
 
 # Values with at most this many elements are evaluated on the host (shape arithmetic, masks of
@@ -140,7 +140,9 @@ class _Pass:
                 opset_imports=self.opset_protos, ir_version=self.ir)
         except INFER_ERRORS:
             return none
-        return [out.get(n) for n in node.output]
+        outs = [out.get(n) for n in node.output]
+        fix = CORRECTIONS.get((domain, node.op_type))
+        return fix(node, outs) if fix else outs
 
     def _evaluate(self, node: onnx.NodeProto, inferred: list[onnx.TypeProto | None],
                   ) -> list[np.ndarray | None] | None:

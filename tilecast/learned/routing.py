@@ -36,6 +36,9 @@ import numpy as np
 from ..analyzer.types import DTYPE_SIZE, Kernel
 from .conv import TC_CHANNEL_MULTIPLE, ConvColumns
 
+# Convolutions that are not a cuDNN / MIOpen call: ONNX Runtime's own kernel for opset 27's
+# stateful causal conv (and its backward) takes its family's dispatch, not the conv call's.
+NOT_LIBRARY_CONV = ("CausalConvWithState", "CausalConvWithStateGrad")
 _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
          "attention": 5}
 _OTHER = 6
@@ -96,7 +99,7 @@ class Routed:
     parts: dict[str, Parts | ConvParts]
     dtype: np.ndarray  # per kernel
     estimated: np.ndarray  # per kernel: cost.estimated
-    conv: np.ndarray  # per kernel: a convolution, whichever model costs its GPU time
+    conv: np.ndarray  # per kernel: a library convolution call, whichever model costs its GPU time
 
 
 _COST = attrgetter("family", "flops", "bytes", "dtype", "elements", "matmul", "rows", "unit",
@@ -255,7 +258,8 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     if conv_model:
         idx = np.nonzero(is_conv)[0]
         parts["conv"] = _conv_parts(kernels, idx, dtype[idx], col["itemsize"][idx])
-    return Routed(parts, dtype, estimated, kind == _KIND["conv"])
+    library = ~np.isin(np.array([k.op_type for k in kernels], dtype=object), NOT_LIBRARY_CONV)
+    return Routed(parts, dtype, estimated, (kind == _KIND["conv"]) & library)
 
 
 def _attention(col: dict[str, np.ndarray], idx: np.ndarray, dtype: np.ndarray,

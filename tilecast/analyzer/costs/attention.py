@@ -1,5 +1,5 @@
 """Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention (and its int8
-QAttention), MultiHeadAttention and GroupQueryAttention.
+QAttention), MultiHeadAttention and GroupQueryAttention; ONNX LinearAttention (opset 27).
 
 FLOPs = QK^T (2 * scores * D) + PV (2 * scores * Dv) + per-score softmax work, where ``scores``
 is B * Hq * (query, key) pairs computed. A causal op skips the pairs above the diagonal: fused
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..registry import CostFn, cost, register_all
 from ..types import MatmulDims, NodeView, OpCost, RowDims
-from .common import has_input, in_shape, nbytes, prod, require, unique_bytes
+from .common import attr_str, has_input, in_shape, io_bytes, nbytes, prod, require, unique_bytes
 from .elementwise import ROTARY
 
 MS = "com.microsoft"
@@ -188,3 +188,31 @@ def ms_group_query_attention(node: NodeView) -> OpCost:
     y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
     return attention_cost(node, h, _per_score(node, (10,)), {0: y, 1: pk, 2: pv},
                           extra_flops=rot_flops, skip_inputs=(7, 8), extra_bytes=rot_bytes)
+
+
+# Per token, a KV head's state update in FLOPs per state element (d_k x d_v) and per value
+# element, from the ONNX spec's recurrences (an FMA = 2): "linear" S += k v^T (2); "gated"
+# scales S by exp(g) first (+1); "delta" forms S^T k (2), subtracts it from v and scales by
+# beta (2 per value element) before the outer product (2); "gated_delta" also scales S (+1).
+LINEAR_UPDATE = {"linear": (2, 0), "gated": (3, 0), "delta": (4, 2), "gated_delta": (5, 2)}
+
+
+@cost("LinearAttention", since=27)
+def linear_attention(node: NodeView) -> OpCost:
+    """query (B, T, Hq dk), key (B, T, Hkv dk), value (B, T, Hkv dv) [, past_state (B, Hkv,
+    dk, dv), decay, beta] -> output (B, T, Hq dv), present_state. Per token, each KV head
+    updates its d_k x d_v state (``LINEAR_UPDATE``) and each query head reads it out, q^T S
+    and the scale (2 dk dv + dv). The sequential recurrence's count; chunk-parallel kernels add
+    intra-chunk products of the chunk size per token, left out. No kernel of it was
+    measured: the memory-bound rule with these FLOPs costs it."""
+    q, v = in_shape(node, 0), in_shape(node, 2)
+    hq, hkv = node.attr("q_num_heads"), node.attr("kv_num_heads")
+    require(node, bool(hq) and bool(hkv) and hq % hkv == 0 and q[2] % hq == 0
+            and v[2] % hkv == 0, f"heads q {hq} / kv {hkv} do not divide {list(q)}, {list(v)}")
+    dk, dv = q[2] // hq, v[2] // hkv
+    rule = attr_str(node, "update_rule", "gated_delta")
+    require(node, rule in LINEAR_UPDATE, f"unknown update_rule {rule!r}")
+    per_state, per_value = LINEAR_UPDATE[rule]
+    per_token = hkv * (per_state * dk * dv + per_value * dv) + hq * (2 * dk * dv + dv)
+    return OpCost("attention", q[0] * q[1] * per_token, io_bytes(node),
+                  node.inputs[0].dtype, elements=q[0] * q[1] * hq * dv)

@@ -1,4 +1,5 @@
-"""Convolutions (1-3D, any groups / strides / dilations / pads) as implicit GEMMs.
+"""Convolutions (1-3D, any groups / strides / dilations / pads) as implicit GEMMs; deformable
+convolution as its sampled columns and a GEMM; the stateful causal depthwise conv of opset 27.
 
 Strides, pads, dilations and auto_pad only change the output's spatial size, which shape
 inference has already worked out, so the formulas read the output shape instead of re-deriving
@@ -7,9 +8,20 @@ it. A dilated kernel reads the same number of taps as a dense one.
 
 from __future__ import annotations
 
-from ..registry import CostFn, register_all
+from ..registry import REGISTRY, CostFn, register_all, register_steps
 from ..types import ConvDims, MatmulDims, NodeView, OpCost
-from .common import Shape, has_input, in_shape, io_bytes, out_shape, prod, require
+from .common import (
+    Shape,
+    attr_str,
+    has_input,
+    in_shape,
+    io_bytes,
+    nbytes,
+    out_shape,
+    prod,
+    require,
+    unique_bytes,
+)
 
 MS = "com.microsoft"
 
@@ -71,3 +83,56 @@ register_all(("Conv",), conv(0, 1, 2))
 register_all(("ConvInteger",), conv(0, 1, None))  # x, w, x_zero_point, w_zero_point
 register_all(("QLinearConv",), conv(0, 3, 8))  # x, x_scale, x_zp, w, w_scale, w_zp, y_s, y_zp, B
 register_all(("ConvTranspose",), conv_transpose)
+
+
+def deform_conv_steps(node: NodeView) -> list[tuple[str, OpCost]]:
+    """X (N, C, H, W), W (M, C/g, kh, kw), offset (N, 2 og kh kw, oh, ow) [, B, mask] -> Y (N, M,
+    oh, ow), as torchvision's deform_conv2d runs it. The columns kernel samples every tap at
+    its offset position: bilinear (4 taps, 9 FLOPs) and the mask multiply (1), written as a
+    (C kh kw) x (N oh ow) matrix. Then one GEMM per group, as a convolution's implicit GEMM,
+    with the bias added once per output."""
+    x, w, y = in_shape(node, 0), in_shape(node, 1), out_shape(node)
+    g = node.attr("group", 1)
+    require(node, len(x) == 4 and x[1] == w[1] * g and w[0] % g == 0,
+            f"channels do not match group={g}: X {list(x)}, W {list(w)}")
+    taps = x[0] * x[1] * prod(w[2:]) * prod(y[2:])
+    item = node.inputs[0].itemsize
+    cols_bytes = int(taps * item)
+    sampled = min(int(4 * taps * item), nbytes(node, node.inputs[0]))
+    mask = has_input(node, 4)
+    reads = unique_bytes(node, (node.input(2), node.input(4) if mask else None))
+    columns = OpCost("pooling", taps * (9 + mask), sampled + reads + cols_bytes,
+                     node.inputs[0].dtype, elements=taps)
+    d = MatmulDims(g, x[0] * prod(y[2:]), w[0] // g, w[1] * prod(w[2:]))
+    bias = prod(y) if has_input(node, 3) else 0
+    gemm_bytes = cols_bytes + unique_bytes(node, (node.input(1), node.input(3), node.outputs[0]))
+    gemm = OpCost("matmul", 2 * d.b * d.m * d.n * d.k + bias, gemm_bytes, node.inputs[0].dtype,
+                  unit="matrix", matmul=d, elements=prod(y))
+    return [("columns", columns), ("gemm", gemm)]
+
+
+register_steps("DeformConv", deform_conv_steps, "conv")
+
+
+# a fused SiLU after the convolution: x * sigmoid(x), sigmoid 3 (elementwise.SIGMOID) + 1
+SILU = 4
+
+
+def causal_conv_with_state(node: NodeView) -> OpCost:
+    """input (B, C, L), weight (C, 1, k) [, bias (C), past_state (B, C, k - 1)] -> output
+    (B, C, L), present_state (B, C, k - 1): a depthwise causal Conv1d over the past state and
+    the input, as a depthwise Conv: per channel an (B L) x k @ k x 1 GEMM; bias and SiLU per
+    output when present."""
+    x, w = in_shape(node, 0), in_shape(node, 1)
+    require(node, len(x) == 3 and w[0] == x[1] and w[1] == 1,
+            f"weight {list(w)} is not depthwise over input {list(x)}")
+    b, c, length, k = x[0], x[1], x[2], w[2]
+    d = MatmulDims(c, b * length, 1, k)
+    extra = (1 if has_input(node, 2) else 0) + (SILU if attr_str(node, "activation", "none")
+                                                 in ("silu", "swish") else 0)
+    geometry = ConvDims(n=b, c=c, k=c, h=1, w=length + k - 1, p=1, q=length, r=1, s=k,
+                        groups=c)
+    return _cost(node, d, 0, extra * b * c * length, geometry)
+
+
+REGISTRY.register("", "CausalConvWithState", causal_conv_with_state, since=27)

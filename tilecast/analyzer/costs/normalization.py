@@ -16,6 +16,7 @@ from .common import (
     STATS_ITEMSIZE,
     has_input,
     in_shape,
+    io_bytes,
     nbytes,
     norm_axis,
     out_shape,
@@ -154,3 +155,17 @@ register_all(("InstanceNormalization",), instance_norm)
 register_all(("GroupNormalization",), group_norm)
 register_all(("LpNormalization",), lp_norm)
 register_all(("MeanVarianceNormalization",), mean_variance_norm)
+
+
+def local_response_norm(node: NodeView) -> OpCost:
+    """LRN (AlexNet, GoogLeNet): y = x / (bias + alpha / size * sum of x^2 over ``size``
+    neighbouring channels)^beta. Per element: the window's squares (an FMA each, 2 size), the
+    scale and bias (an FMA, 2), the power (1) and the divide (1). Not a row kernel: each output
+    reads a window across channels, so no row layout is claimed."""
+    n = prod(in_shape(node, 0))
+    size = node.attr("size")
+    require(node, size is not None and size > 0, "size is required")
+    return vector_cost(node, "normalization", (2 * size + 4) * n, io_bytes(node), elements=n)
+
+
+register_all(("LRN",), local_response_norm)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..registry import CostFn, register_all
 from ..types import NodeView, OpCost, RowDims
 from .common import attr_str, in_shape, io_bytes, out_shape, prod, require, vector_cost
+from .sampling import interp_flops
 
 
 def window_pool(flops_per_tap: int, flops_per_output: int = 0) -> CostFn:
@@ -47,15 +48,13 @@ register_all(("GlobalLpPool",), global_pool(2, 1))
 
 
 def resize(node: NodeView) -> OpCost:
-    """Per output element over the r resized dims: nearest copies one tap (1); linear blends
-    2^r taps with 2^r - 1 lerps of 3 FLOPs (subtract + FMA); cubic weights 4^r taps (FMA)."""
+    """Per output element, the mode's interpolation (``sampling.interp_flops``) over the r
+    resized dims (default nearest)."""
     x, y = in_shape(node, 0), out_shape(node)
     r = max(sum(1 for a, b in zip(x, y, strict=False) if a != b), 1)
-    mode = attr_str(node, "mode", "nearest")
-    per_output = {"linear": 3 * (2**r - 1), "bilinear": 3 * (2**r - 1),
-                  "cubic": 2 * 4**r}.get(mode, 1)
     n = prod(y)
-    return vector_cost(node, "pooling", per_output * n, io_bytes(node), elements=n)
+    flops = interp_flops(attr_str(node, "mode", "nearest"), r) * n
+    return vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
 
 
 register_all(("Resize", "Upsample"), resize)

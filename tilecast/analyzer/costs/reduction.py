@@ -1,4 +1,4 @@
-"""Reductions, arg-reductions, TopK and scans.
+"""Reductions, arg-reductions, TopK, scans and the determinant.
 
 Reduced axes come from opset-dependent places (the ``axes`` attribute before opset 18, a
 constant input after, ``noop_with_empty_axes``, ``keepdims``) but the shapes already say the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ..registry import CostFn, register_all
 from ..types import NodeView, OpCost, RowDims
-from .common import in_shape, io_bytes, norm_axis, out_shape, prod, vector_cost
+from .common import in_shape, io_bytes, norm_axis, out_shape, prod, require, vector_cost
 
 
 def _rows(node: NodeView) -> RowDims:
@@ -61,3 +61,16 @@ def scan(node: NodeView) -> OpCost:
 
 register_all(("TopK",), top_k)
 register_all(("CumSum", "CumProd"), scan)
+
+
+def determinant(node: NodeView) -> OpCost:
+    """X (..., M, M) -> Y (...): an LU factorization with partial pivoting per matrix (2/3 M^3
+    FLOPs: Golub and Van Loan, Matrix Computations, 3.2) and the product of the M pivots."""
+    x = in_shape(node, 0)
+    require(node, len(x) >= 2 and x[-1] == x[-2], f"X {list(x)} is not square matrices")
+    m, batch = x[-1], prod(x[:-2])
+    return vector_cost(node, "reduction", batch * (2 * m**3 // 3 + m), io_bytes(node),
+                       rows=RowDims(batch, m * m), dtype=node.inputs[0].dtype)
+
+
+register_all(("Det",), determinant)

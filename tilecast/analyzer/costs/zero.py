@@ -24,5 +24,12 @@ ZERO_COST: dict[str, str] = {
     "SequenceLength": "reads a sequence's length: metadata only",
 }
 
+# No GPU kernel exists for these in any runtime tilecast models: ONNX Runtime implements them
+# for the CPU only, and the forecast is of GPU time.
+CPU_ONLY = "CPU-only: strings and image decoding have no GPU kernel"
+for _op in ("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
+            "TfIdfVectorizer", "ImageDecoder"):
+    ZERO_COST[_op] = CPU_ONLY
+
 for _op, _reason in ZERO_COST.items():
     REGISTRY.register_zero("", _op, _reason)
