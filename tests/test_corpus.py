@@ -43,7 +43,9 @@ def test_every_exporter_kind_is_in_the_corpus():
     assert {"com.microsoft::EmbedLayerNormalization", "com.microsoft::Attention",
             "com.microsoft::SkipLayerNormalization", "com.microsoft::QAttention",
             "com.microsoft::QEmbedLayerNormalization", "MatMulInteger", "QuantizeLinear",
-            "DequantizeLinear", "LSTM", "GRU", "Conv"} <= ops
+            "DequantizeLinear", "LSTM", "GRU", "Conv", "QLinearConv", "com.microsoft::QLinearAdd",
+            "com.microsoft::QLinearGlobalAveragePool", "com.microsoft::QGemm",
+            "com.microsoft::FusedConv"} <= ops
     assert any(op.startswith("com.microsoft::FastGelu") or op.endswith("BiasGelu") for op in ops)
 
 

@@ -271,6 +271,33 @@ def cnn_qdq(path: Path, src: Path) -> None:
                     weight_type=QuantType.QInt8)
 
 
+def cnn_qoperator(path: Path, src: Path) -> None:
+    """Static quantization in ONNX Runtime's operator format: QLinearConv, and com.microsoft's
+    QLinearAdd, QLinearGlobalAveragePool, ... in place of the float ops."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    # ORT's documented pre-processing step; without it this exporter's Conv biases trip the
+    # operator-format quantizer.
+    pre = path.with_suffix(".pre.onnx")
+    quant_pre_process(str(src), str(pre))
+    quantize_static(str(pre), str(path), _Calibration("input", (1, 3, 32, 32)),
+                    quant_format=QuantFormat.QOperator, activation_type=QuantType.QUInt8,
+                    weight_type=QuantType.QInt8)
+    pre.unlink()
+
+
+def cnn_ort_extended(path: Path, src: Path) -> None:
+    """A model saved by an ONNX Runtime session at ORT_ENABLE_EXTENDED: Conv + Relu fused into
+    com.microsoft FusedConv."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.optimized_model_filepath = str(path)
+    ort.InferenceSession(str(src), options, providers=["CPUExecutionProvider"])
+
+
 def _tiny_resnet() -> Any:
     torch = _torch()
     nn = torch.nn
@@ -385,6 +412,10 @@ CORPUS: dict[str, Spec] = {
     "cnn_legacy": Spec(cnn_legacy, family="small ResNet-like CNN", dims=IMAGE),
     "cnn_dynamo": Spec(cnn_dynamo, family="small CNN, dynamo", dims=IMAGE),
     "cnn_qdq": Spec(cnn_qdq, ("cnn_legacy",), "QDQ static quantization", dims=IMAGE),
+    "cnn_qoperator": Spec(cnn_qoperator, ("cnn_legacy",), "QOperator static quantization",
+                          dims=IMAGE),
+    "cnn_ort_extended": Spec(cnn_ort_extended, ("cnn_legacy",),
+                             "ORT session optimizer (FusedConv)", dims=IMAGE),
     "lstm_legacy": Spec(lstm_legacy, family="LSTM"),
     "gru_legacy": Spec(gru_legacy, family="GRU"),
     "t5_legacy": Spec(t5_legacy, family="HF T5 encoder-decoder, legacy"),

@@ -14,6 +14,21 @@ from .registry import REGISTRY, CostEntry, CostRegistry, ZeroCost
 from .types import NodeView, OpCost
 
 OUTCOMES = ("costed", "zero", "unsupported", "unshaped")
+_GENERATION = ("a generation loop: its decoder subgraph runs once per generated token and is "
+               "not costed; forecast one decoder step with `tilecast serve` or the decoder "
+               "graph itself")
+# ONNX Runtime contrib ops whose work no formula can know, with the reason shown.
+OPAQUE = {
+    **{("com.microsoft", op): _GENERATION
+       for op in ("BeamSearch", "GreedySearch", "Sampling", "WhisperBeamSearch")},
+    ("com.microsoft", "EPContext"): "an execution provider's precompiled engine (TensorRT, "
+                                    "QNN, OpenVINO): the graph it runs is not in the model",
+}
+OPAQUE_DOMAINS = {
+    "com.microsoft.nchwc": "ONNX Runtime's blocked CPU layout (NCHWc, written by its "
+                           "ORT_ENABLE_ALL optimizer on x86): no GPU runs it; save the model "
+                           "with ORT_ENABLE_EXTENDED or lower for a GPU forecast",
+}
 
 
 @dataclass(frozen=True)
@@ -108,6 +123,9 @@ def cost_node(graph: Graph, node: NodeView, registry: CostRegistry = REGISTRY) -
     if node.op_type in CONTROL_FLOW and not node.domain:
         return unsupported_result(node, f"control flow ({node.op_type}): its subgraphs "
                                         "are not costed")
+    if (node.domain, node.op_type) in OPAQUE or node.domain in OPAQUE_DOMAINS:
+        reason = OPAQUE.get((node.domain, node.op_type)) or OPAQUE_DOMAINS[node.domain]
+        return unsupported_result(node, reason)
     where = f"domain '{node.domain}'" if node.domain else "the ONNX domain"
     return unsupported_result(node, f"no cost formula for {node.op_type} in {where} "
                                     f"(opset {node.opset})")

@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from .mirrors import mirror_of
 from .shape_rules import CORRECTIONS, RULES, Shape
 from .weightless import has_data
 
@@ -129,20 +130,45 @@ class _Pass:
         rule = RULES.get((domain, node.op_type))
         if rule is not None:
             return _by_rule(rule, node, self.types) or none
-        if any(n and n not in self.types for n in node.input):
+        mirror = mirror_of(domain, node.op_type)
+        if mirror is not None:  # a contrib op: the standard op it mirrors infers its output
+            std = mirror.proto(node)
+            outs = None if std is None else self._infer_schema(std, "", mirror.opset,
+                                                               as_float=mirror.retype)
+            return (outs or []) + none[len(outs or []):]
+        outs = self._infer_schema(node, domain, self.opsets.get(domain, 1))
+        if outs is None:
             return none
-        try:
-            schema = onnx.defs.get_schema(node.op_type, self.opsets.get(domain, 1), domain)
-            out = onnx.shape_inference.infer_node_outputs(
-                schema, node, {n: self.types[n] for n in node.input if n},
-                {n: numpy_helper.from_array(self.data[n], n)
-                 for n in node.input if n in self.data},
-                opset_imports=self.opset_protos, ir_version=self.ir)
-        except INFER_ERRORS:
-            return none
-        outs = [out.get(n) for n in node.output]
         fix = CORRECTIONS.get((domain, node.op_type))
         return fix(node, outs) if fix else outs
+
+    def _infer_schema(self, node: onnx.NodeProto, domain: str, version: int,
+                      as_float: bool = False) -> list[onnx.TypeProto | None] | None:
+        """ONNX's inference of ``node`` at ``version`` of ``domain``; None when it cannot.
+        ``as_float``: on float copies of the input types, the outputs typed as input 0."""
+        if any(n and n not in self.types for n in node.input):
+            return None
+        types = {n: self.types[n] for n in node.input if n}
+        if as_float:
+            types = {n: _as_float(t) for n, t in types.items()}
+        opsets = [p for p in self.opset_protos if p.domain != domain]
+        try:
+            schema = onnx.defs.get_schema(node.op_type, version, domain)
+            out = onnx.shape_inference.infer_node_outputs(
+                schema, node, types,
+                {n: numpy_helper.from_array(self.data[n], n)
+                 for n in node.input if n in self.data},
+                opset_imports=[*opsets, helper.make_opsetid(domain, version)],
+                ir_version=self.ir)
+        except INFER_ERRORS:
+            return None
+        outs = [out.get(n) for n in node.output]
+        if as_float and node.input and node.input[0] in self.types:
+            elem = self.types[node.input[0]].tensor_type.elem_type
+            for t in outs:
+                if t is not None and t.HasField("tensor_type"):
+                    t.tensor_type.elem_type = elem
+        return outs
 
     def _evaluate(self, node: onnx.NodeProto, inferred: list[onnx.TypeProto | None],
                   ) -> list[np.ndarray | None] | None:
@@ -163,6 +189,15 @@ class _Pass:
                for t in inferred if t is not None):
             return None
         return _run(node, self.opsets.get("", 1), [self.data.get(n) for n in node.input])
+
+
+def _as_float(tp: onnx.TypeProto) -> onnx.TypeProto:
+    """A copy of a tensor type with element type float (its shape kept)."""
+    copy = onnx.TypeProto()
+    copy.CopyFrom(tp)
+    if copy.HasField("tensor_type"):
+        copy.tensor_type.elem_type = onnx.TensorProto.FLOAT
+    return copy
 
 
 def _small(dims: Any) -> bool:

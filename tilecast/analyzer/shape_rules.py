@@ -101,6 +101,35 @@ def _matmul_n_bits(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Sh
     return [(*ins[0][:-1], n) if ins[0] is not None and n else None]
 
 
+def _same_twice(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    """SkipGroupNorm: Y and the sum S, both of X's shape."""
+    return [ins[0], ins[0]]
+
+
+def _bias_split_gelu(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    x = ins[0]
+    return [(*x[:-1], x[-1] // 2) if x is not None and isinstance(x[-1], int) else None]
+
+
+def _gather_block_quantized(ins: Sequence[Shape | None], node: onnx.NodeProto,
+                            ) -> list[Shape | None]:
+    """(V, D / (8 / bits)) uint8 rows gathered by indices: (*indices, D) at gather_axis 0 and
+    the quantized axis last (how ORT GenAI stores int4 embedding tables)."""
+    data, idx = ins[0], ins[1] if len(ins) > 1 else None
+    attrs = {a.name: a.i for a in node.attribute}
+    if data is None or idx is None or attrs.get("gather_axis", 0) != 0 or \
+            attrs.get("quantize_axis", len(data) - 1) not in (-1, len(data) - 1):
+        return [None]
+    per_byte = 8 // attrs.get("bits", 4)
+    return [(*idx, *data[1:-1], data[-1] * per_byte)]
+
+
+def _cdist(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    """A (N, D), B (M, D) -> the (N, M) distances."""
+    a, b = ins[0], ins[1] if len(ins) > 1 else None
+    return [(a[0], b[0]) if a is not None and b is not None else None]
+
+
 RULES: dict[tuple[str, str], ShapeRule] = {
     **{("com.microsoft", op): _same_as_input0 for op in (
         "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "SkipLayerNormalization",
@@ -118,6 +147,16 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("com.microsoft", "GroupQueryAttention"): _group_query_attention,
     ("com.microsoft", "FusedMatMul"): _fused_matmul,
     ("com.microsoft", "MatMulNBits"): _matmul_n_bits,
+    ("com.microsoft", "GroupNorm"): _same_as_input0,
+    ("com.microsoft", "SkipGroupNorm"): _same_twice,
+    ("com.microsoft", "BiasSplitGelu"): _bias_split_gelu,
+    ("com.microsoft", "GatherBlockQuantized"): _gather_block_quantized,
+    ("com.microsoft", "Inverse"): _same_as_input0,
+    # FusedMatMul's earlier name, and FusedMatMul with a fused activation
+    ("com.microsoft", "TransposeMatMul"): _fused_matmul,
+    ("com.microsoft", "FusedMatMulActivation"): _fused_matmul,
+    ("com.microsoft", "MatMulBnb4"): _matmul_n_bits,  # bitsandbytes' 4-bit weights: K, N attrs
+    ("com.microsoft", "CDist"): _cdist,
 }
 
 

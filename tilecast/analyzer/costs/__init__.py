@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from . import (  # noqa: F401  (imported for their registrations)
     attention,
+    contrib,
     conv,
     elementwise,
     gather,

@@ -33,3 +33,7 @@ for _op in ("StringConcat", "StringNormalizer", "StringSplit", "RegexFullMatch",
 
 for _op, _reason in ZERO_COST.items():
     REGISTRY.register_zero("", _op, _reason)
+# ONNX Runtime's contrib ops with CPU kernels only, and its axis insertion (an Unsqueeze)
+for _op in ("Tokenizer", "MurmurHash3", "BifurcationDetector"):
+    REGISTRY.register_zero("com.microsoft", _op, CPU_ONLY)
+REGISTRY.register_zero("com.microsoft", "ExpandDims", VIEW)

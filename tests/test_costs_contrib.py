@@ -1,0 +1,169 @@
+"""ONNX Runtime contrib ops (com.microsoft): the mirrors of standard ops, shaped by the standard
+op's inference and costed by its formula plus their epilogue; and the contrib ops of their own.
+
+Convention: 1 FMA = 2 FLOPs; bytes = each distinct tensor read or written once (float32 4,
+uint8 / int8 1, int32 4, int64 8). Each row derives its numbers beside it.
+"""
+
+from __future__ import annotations
+
+import onnx.parser
+import pytest
+from test_costs import cost_of
+
+import tilecast
+from tilecast.analyzer.costs.contrib import EPILOGUE
+from tilecast.analyzer.graph import build_graph
+from tilecast.analyzer.mirrors import MIRRORS
+from tilecast.analyzer.registry import REGISTRY, CostEntry
+
+QA = "float sa, uint8 za"  # a QLinear input's scale and zero point: 5 bytes
+CASES = [
+    # FusedConv + Relu + residual Z: Y (1,16,16,16) = 4096; 2*256*16*72 + 4096 bias + 4096
+    # Relu; bytes X 8192 + W 4608 + B 64 + Y 16384 + Z 16384
+    ("fused_conv", "float[1,8,16,16] x, float[16,8,3,3] w, float[16] b, float[1,16,16,16] z",
+     'y = com.microsoft.FusedConv<activation="Relu", pads=[1,1,1,1]>(x, w, b, z)',
+     "FusedConv", "conv", 598016, 45632),
+    # FusedGemm + LeakyRelu: 2*4*32*16 + 128 bias + 2*128; bytes 256 + 2048 + 128 + 512
+    ("fused_gemm", "float[4,16] a, float[32,16] b, float[32] c",
+     'y = com.microsoft.FusedGemm<activation="LeakyRelu", activation_alpha=0.1, transB=1>'
+     "(a, b, c)", "FusedGemm", "matmul", 4480, 2944),
+    # QLinearAdd, 16 outputs: add 1 + dequantize 2 x 2 + requantize 4; bytes 3 x 16 + 15
+    ("qlinear_add", f"uint8[2,8] a, {QA}, uint8[2,8] b, float sb, uint8 zb, float sc, "
+     "uint8 zc", "y = com.microsoft.QLinearAdd(a, sa, za, b, sb, zb, sc, zc)", "QLinearAdd",
+     "elementwise", 144, 63),
+    # QLinearGlobalAveragePool over (1,8,7,7): 392 adds + 8 divides + 8 x (2 + 4); 392 + 8 +
+    # two scales and zero points 10
+    ("qlinear_global_avg", f"uint8[1,8,7,7] x, {QA}, float s2, uint8 z2",
+     "y = com.microsoft.QLinearGlobalAveragePool(x, sa, za, s2, z2)",
+     "QLinearGlobalAveragePool", "pooling", 448, 410),
+    # QLinearSoftmax over 4 rows of 10: 5 + 2 + 4 per element; bytes 40 + 40 + 10
+    ("qlinear_softmax", f"uint8[4,10] x, {QA}, float s2, uint8 z2",
+     "y = com.microsoft.QLinearSoftmax<axis=-1, opset=13>(x, sa, za, s2, z2)",
+     "QLinearSoftmax", "softmax", 440, 90),
+    # QLinearConcat of (2,8) and (2,4) -> (2,12): 24 outputs x (2 + 4); bytes 16 + 8 + 24 + 15
+    ("qlinear_concat", f"float sy, uint8 zy, uint8[2,8] a, {QA}, uint8[2,4] b, float sb, "
+     "uint8 zb", "y = com.microsoft.QLinearConcat<axis=1>(sy, zy, a, sa, za, b, sb, zb)",
+     "QLinearConcat", "movement", 144, 63),
+    # QGemm uint8 (4,16) x int8 (16,8) + int32 bias -> uint8 (4,8): 2*4*8*16 + 32 bias + 32 x
+    # requantize 4; bytes 64 + 128 + 32 + 32 + scales and zero points 15
+    ("qgemm", f"uint8[4,16] a, {QA}, int8[16,8] b, float sb, int8 zb, int32[8] c, float sy, "
+     "uint8 zy", "y = com.microsoft.QGemm(a, sa, za, b, sb, zb, c, sy, zy)", "QGemm",
+     "matmul", 1184, 271),
+    # com.microsoft DequantizeLinear, int8 (4,8) -> float: 2 per element; 32 + 4 + 128
+    ("ms_dequantize", "int8[4,8] x, float s", "y = com.microsoft.DequantizeLinear(x, s)",
+     "DequantizeLinear", "elementwise", 64, 164),
+    # TorchEmbedding: 6 rows of 16 floats gathered: ids 48 + 2 x 384
+    ("torch_embedding", "float[100,16] w, int64[2,3] i",
+     "y = com.microsoft.TorchEmbedding(w, i)", "TorchEmbedding", "gather", 0, 816),
+    # GroupNorm, channels last (2,8,8,32), 4 groups, SiLU: 8 rows of 512, 8 + 4 per element;
+    # bytes X and Y 16384 each + gamma and beta 128 each
+    ("group_norm", "float[2,8,8,32] x, float[32] g, float[32] b",
+     "y = com.microsoft.GroupNorm<groups=4, activation=1, epsilon=0.00001>(x, g, b)",
+     "GroupNorm", "normalization", 49152, 33024),
+    # SkipGroupNorm without SiLU: 8 + skip add + bias add; X, skip, Y, S 16384 each + 256
+    ("skip_group_norm", "float[2,8,8,32] x, float[32] g, float[32] b, float[2,8,8,32] sk",
+     "y, s = com.microsoft.SkipGroupNorm<groups=4, activation=0, epsilon=0.00001>(x, g, b, sk)",
+     "SkipGroupNorm", "normalization", 40960, 65792),
+    # BiasSplitGelu (2,64,640) -> (2,64,320) = 40960: 2 bias adds + GELU 5 + multiply;
+    # bytes X 327680 + bias 2560 + Y 163840
+    ("bias_split_gelu", "float[2,64,640] x, float[640] b",
+     "y = com.microsoft.BiasSplitGelu(x, b)", "BiasSplitGelu", "elementwise", 327680, 494080),
+    # GatherBlockQuantized, int4 rows of 64 packed in 32 bytes, 10 ids -> (2,5,64) = 640:
+    # 2 each; 320 packed bytes + 20 blocks of 32 x 4-byte scales + ids 80 + Y 2560
+    ("gather_block_quantized", "uint8[1000,32] d, int64[2,5] i, float[1000,2] s",
+     "y = com.microsoft.GatherBlockQuantized<bits=4, block_size=32>(d, i, s)",
+     "GatherBlockQuantized", "gather", 1280, 3040),
+    # Inverse of 5 4x4 matrices: 2 * 64 each; bytes 320 + 320
+    ("inverse", "float[5,4,4] x", "y = com.microsoft.Inverse(x)", "Inverse", "reduction", 640,
+     640),
+    # GemmFastGelu (4,16) @ (16,32) + bias: 2*4*32*16 + 128 x (bias 1 + GELU 9);
+    # bytes 256 + 2048 + 512 + bias 128
+    ("gemm_fast_gelu", "float[4,16] x, float[16,32] w, float[32] b",
+     "y = com.microsoft.GemmFastGelu(x, w, b)", "GemmFastGelu", "matmul", 5376, 2944),
+    # BiasSoftmax, rows from axis 1 of (2,4,8): 2 rows of 32, softmax 5 + bias 1 per element;
+    # bytes data 256 + bias 256 + output 256
+    ("bias_softmax", "float[2,4,8] x, float[2,4,8] b", "y = com.microsoft.BiasSoftmax(x, b)",
+     "BiasSoftmax", "softmax", 384, 768),
+    # SwiGLU (4,8): silu(gate) * up, 1 + 3 + 1 per element; bytes 3 x 128
+    ("swiglu", "float[4,8] g, float[4,8] u", "y = com.microsoft.SwiGLU(g, u)", "SwiGLU",
+     "elementwise", 160, 384),
+    # TransposeMatMul = FusedMatMul: (2,4,8) @ (2,16,8)^T: 2*2*4*16*8; 4*(64 + 256 + 128)
+    ("transpose_matmul", "float[2,4,8] a, float[2,16,8] b",
+     "y = com.microsoft.TransposeMatMul<transB=1>(a, b)", "TransposeMatMul", "matmul", 2048,
+     1792),
+    # FusedMatMulActivation: the same + Sigmoid 3 per output (2*4*16 = 128)
+    ("fused_matmul_activation", "float[2,4,8] a, float[2,16,8] b",
+     'y = com.microsoft.FusedMatMulActivation<transB=1, activation="Sigmoid">(a, b)',
+     "FusedMatMulActivation", "matmul", 2432, 1792),
+    # MatMulBnb4 (bitsandbytes NF4), A (2,64) @ 64 x 32 packed in 1024 bytes: 2*2*32*64;
+    # bytes A 512 + B 1024 + absmax 32 floats 128 + Y 256
+    ("matmul_bnb4", "float[2,64] a, uint8[1024] b, float[32] m",
+     "y = com.microsoft.MatMulBnb4<K=64, N=32, block_size=64, quant_type=1>(a, b, m)",
+     "MatMulBnb4", "matmul", 8192, 1920),
+    # CDist (6,4) x (5,4) -> (6,5): 30 pairs x (3 x 4 + sqrt); bytes 96 + 80 + 120
+    ("cdist", "float[6,4] a, float[5,4] b", 'y = com.microsoft.CDist<metric="euclidean">(a, b)',
+     "CDist", "reduction", 390, 296),
+]
+
+
+@pytest.mark.parametrize("case, inputs, body, op, family, flops, nbytes", CASES,
+                         ids=[c[0] for c in CASES])
+def test_flops_and_bytes(case, inputs, body, op, family, flops, nbytes):
+    c = cost_of(inputs, body, op, 17)
+    assert (c.family, c.flops, c.bytes) == (family, flops, nbytes)
+
+
+@pytest.mark.parametrize("inputs, body, shape, dtype", [
+    # the standard op's inference: Conv with pads -> 16x16; Gemm transB -> (4, 32)
+    ("float[1,8,16,16] x, float[16,8,3,3] w, float[16] b",
+     'y = com.microsoft.FusedConv<activation="Relu", pads=[1,1,1,1]>(x, w, b)',
+     (1, 16, 16, 16), "float32"),
+    # quantized data the standard op refuses (uint8 pooling): inferred on float, typed uint8
+    (f"uint8[1,8,7,7] x, {QA}, float s2, uint8 z2",
+     "y = com.microsoft.QLinearGlobalAveragePool(x, sa, za, s2, z2)", (1, 8, 1, 1), "uint8"),
+    ("float[2,64,640] x, float[640] b", "y = com.microsoft.BiasSplitGelu(x, b)",
+     (2, 64, 320), "float32"),
+    ("uint8[1000,32] d, int64[2,5] i, float[1000,2] s",
+     "y = com.microsoft.GatherBlockQuantized<bits=4, block_size=32>(d, i, s)", (2, 5, 64),
+     "float32"),
+])
+def test_shapes_come_from_the_standard_op(inputs, body, shape, dtype):
+    text = (f'<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>\n'
+            f"g ({inputs}) => (sink) {{\n{body}\n sink = Identity(y)\n}}")
+    y = next(n for n in build_graph(onnx.parser.parse_model(text)).nodes
+             if n.domain).outputs[0]
+    assert (y.shape, y.dtype) == (shape, dtype)
+
+
+def test_channels_last_is_not_mirrored():
+    # NHWC data is not the standard op's layout: no shape, so the node is reported unshaped
+    text = f"""<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+g (uint8[1,7,7,8] x, {QA}, float s2, uint8 z2) => (y) {{
+  y = com.microsoft.QLinearGlobalAveragePool<channels_last=1>(x, sa, za, s2, z2)
+}}"""
+    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+    assert dict(f.unshaped) == {"com.microsoft::QLinearGlobalAveragePool": 1}
+
+
+def test_every_mirror_has_a_formula_and_a_standard_formula():
+    for (domain, op), mirror in MIRRORS.items():
+        assert isinstance(REGISTRY.lookup(domain, op, 1), CostEntry), op
+        assert isinstance(REGISTRY.lookup("", mirror.op_type, mirror.opset), CostEntry), op
+    assert set(EPILOGUE) <= {op for _, op in MIRRORS}  # no epilogue for an op never mirrored
+
+
+@pytest.mark.parametrize("domain, op, shown", [
+    ("com.microsoft", "BeamSearch", "generation loop"),
+    ("com.microsoft", "EPContext", "precompiled engine"),
+    ("com.microsoft.nchwc", "Conv", "ORT_ENABLE_EXTENDED"),
+])
+def test_opaque_contrib_ops_say_why(domain, op, shown):
+    text = f"""<ir_version: 8, opset_import: ["" : 17, "{domain}" : 1]>
+g (float[2,8] x) => (y) {{ y = {domain}.{op}(x) }}"""
+    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+    assert dict(f.unsupported) == {f"{domain}::{op}": 1}
+    from tilecast.analyzer.analysis import cost_graph
+
+    (result,) = cost_graph(build_graph(onnx.parser.parse_model(text)))
+    assert shown in result.reason
