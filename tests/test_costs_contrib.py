@@ -16,6 +16,7 @@ from tilecast.analyzer.costs.contrib import EPILOGUE
 from tilecast.analyzer.graph import build_graph
 from tilecast.analyzer.mirrors import MIRRORS
 from tilecast.analyzer.registry import REGISTRY, CostEntry
+from tilecast.analyzer.types import MatmulDims
 
 QA = "float sa, uint8 za"  # a QLinear input's scale and zero point: 5 bytes
 CASES = [
@@ -167,3 +168,50 @@ g (float[2,8] x) => (y) {{ y = {domain}.{op}(x) }}"""
 
     (result,) = cost_graph(build_graph(onnx.parser.parse_model(text)))
     assert shown in result.reason
+
+
+MOE = '<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>\n'
+
+
+def _moe_kernels(tokens: int, body: str, inputs: str) -> dict[str, tilecast.KernelForecast]:
+    text = MOE + f"g (float16[1,{tokens},64] x, float16[{tokens},8] p, {inputs}) => (y) {{\n" \
+                 f"  y = {body}\n}}"
+    f = tilecast.analyze(onnx.parser.parse_model(text), "h100", predictor="roofline")
+    assert not f.incomplete
+    return {k.kernel.name.split(".")[-1]: k for k in f.kernels}
+
+
+FP16_EXPERTS = "float16[8,256,64] w1, float16[8,64,128] w2"
+SWIGLU = 'com.microsoft.MoE<k=2, activation_type="swiglu", swiglu_fusion=1>(x, p, w1, "", w2)'
+
+
+def test_moe_prefill_reads_every_expert():
+    # 16 tokens x k 2 = 32 expert rows over 8 experts: all touched, 4 rows each.
+    # fc1: 8 x (4 x 64) @ (64 x 256) = 2*8*4*256*64; its weights 8*256*64*2 bytes all read;
+    # swiglu fused: inter = 256 / 2 = 128, then fc2 8 x (4 x 128) @ (128 x 64)
+    k = _moe_kernels(16, SWIGLU, FP16_EXPERTS)
+    assert list(k) == ["router", "fc1", "activation", "fc2", "combine"]
+    assert k["fc1"].kernel.cost.matmul == MatmulDims(8, 4, 256, 64, batched=True,
+                                                      weight_b=True)
+    assert k["fc1"].kernel.cost.flops == 2 * 8 * 4 * 256 * 64
+    assert k["fc1"].kernel.cost.bytes == 32 * (64 + 256) * 2 + 8 * 256 * 64 * 2
+    assert k["fc2"].kernel.cost.matmul.k == 128
+
+
+def test_moe_decode_reads_only_the_chosen_experts():
+    # 1 token x k 2: 2 of 8 experts touched, one row each: a quarter of each weight read
+    k = _moe_kernels(1, SWIGLU, FP16_EXPERTS)
+    assert k["fc1"].kernel.cost.matmul == MatmulDims(2, 1, 256, 64, batched=True,
+                                                      weight_b=True)
+    assert k["fc1"].kernel.cost.bytes == 2 * (64 + 256) * 2 + 8 * 256 * 64 * 2 // 4
+
+
+def test_qmoe_reads_the_packed_weights():
+    # 4-bit experts: fc1 (8, 256, 64 / 2 bytes), fc2 (8, 64, 128 / 2), fp16 scales per row;
+    # the FLOPs are the fp16 model's, the weight bytes a quarter of them
+    body = ('com.microsoft.QMoE<k=2, activation_type="swiglu", swiglu_fusion=1, '
+            'expert_weight_bits=4>(x, p, w1, s1, "", w2, s2)')
+    inputs = "uint8[8,256,32] w1, float16[8,256] s1, uint8[8,64,64] w2, float16[8,64] s2"
+    q, f = _moe_kernels(16, body, inputs), _moe_kernels(16, SWIGLU, FP16_EXPERTS)
+    assert q["fc1"].kernel.cost.flops == f["fc1"].kernel.cost.flops
+    assert q["fc1"].kernel.cost.bytes == 32 * (64 + 256) * 2 + 8 * 256 * 32 + (8 * 256 + 8 * 64) * 2

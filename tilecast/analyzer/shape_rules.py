@@ -157,6 +157,8 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("com.microsoft", "FusedMatMulActivation"): _fused_matmul,
     ("com.microsoft", "MatMulBnb4"): _matmul_n_bits,  # bitsandbytes' 4-bit weights: K, N attrs
     ("com.microsoft", "CDist"): _cdist,
+    ("com.microsoft", "MoE"): _same_as_input0,
+    ("com.microsoft", "QMoE"): _same_as_input0,
 }
 
 

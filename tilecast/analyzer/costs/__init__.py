@@ -8,6 +8,7 @@ from . import (  # noqa: F401  (imported for their registrations)
     contrib,
     conv,
     elementwise,
+    experts,
     gather,
     generators,
     matmul,
