@@ -169,3 +169,33 @@ def test_bad_attribute_is_a_shape_error():
     with pytest.raises(ShapeError, match="q_num_heads"):
         cost_of("float[1,4,32] q, float[1,4,16] k, float[1,4,16] v",
                 "y = Attention(q, k, v)", "Attention")
+
+
+@pytest.mark.parametrize("inputs, body, op, flops, nbytes, estimated", [
+    # DecoderMaskedMultiHeadAttention, self, past 7 in its own cache (no shared buffer):
+    # B 1, N 2, D 8, Skv 8: 16 scores * 38 = 608; bytes q, k, v 16 floats each + past 2*112
+    # + Y 16 + present 2*128 -> 4*(48 + 224 + 16 + 256)
+    ("float[1,1,16] q, float[1,1,16] k, float[1,1,16] v, float[1,2,7,8] pk, float[1,2,7,8] pv",
+     "y, ok, ov = com.microsoft.DecoderMaskedMultiHeadAttention<num_heads=2>"
+     "(q, k, v, , , pk, pv)", "DecoderMaskedMultiHeadAttention", 608, 2176, False),
+    # shared buffer of 16: the past length is a runtime value, the buffer bounds it (16
+    # keys: 32 * 38 = 1216, estimated); the present writes 1 position per head: 2*8 each
+    ("float[1,1,16] q, float[1,1,16] k, float[1,1,16] v, float[1,2,16,8] pk, "
+     "float[1,2,16,8] pv, int32 pl",
+     "y, ok, ov = com.microsoft.DecoderMaskedMultiHeadAttention<num_heads=2, "
+     "past_present_share_buffer=1>(q, k, v, , , pk, pv, pl)",
+     "DecoderMaskedMultiHeadAttention", 1216, 4 * (48 + 512 + 16 + 32) + 4, True),
+    # PackedMultiHeadAttention, 5 tokens of 2 sequences padded to 4: N 2, D 8, each token
+    # attends at most 4 keys: 2*5*4 = 40 scores * 38 = 1520, estimated (5 < 8);
+    # bytes q, k, v, Y 80 floats each + offsets 8 + cumulative 3 int32
+    ("float[5,16] q, float[5,16] k, float[5,16] v, int32[2,4] off, int32[3] cu",
+     "y = com.microsoft.PackedMultiHeadAttention<num_heads=2>(q, k, v, , off, cu)",
+     "PackedMultiHeadAttention", 1520, 4 * (4 * 80 + 8 + 3), True),
+    # no padding (8 tokens = 2 x 4): exact, 2*8*4 = 64 scores * 38 = 2432
+    ("float[8,16] q, float[8,16] k, float[8,16] v, int32[2,4] off, int32[3] cu",
+     "y = com.microsoft.PackedMultiHeadAttention<num_heads=2>(q, k, v, , off, cu)",
+     "PackedMultiHeadAttention", 2432, 4 * (4 * 128 + 8 + 3), False),
+])
+def test_decoder_and_packed_attention(inputs, body, op, flops, nbytes, estimated):
+    c = _cost_of(inputs, body, op, 17)
+    assert (c.flops, c.bytes, c.estimated) == (flops, nbytes, estimated)

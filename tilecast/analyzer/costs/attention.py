@@ -1,5 +1,7 @@
 """Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention (and its int8
-QAttention), MultiHeadAttention and GroupQueryAttention; ONNX LinearAttention (opset 27).
+QAttention), MultiHeadAttention, GroupQueryAttention, DecoderMaskedMultiHeadAttention and the
+packed (padding-free) PackedAttention / PackedMultiHeadAttention; ONNX LinearAttention (opset
+27).
 
 FLOPs = QK^T (2 * scores * D) + PV (2 * scores * Dv) + per-score softmax work, where ``scores``
 is B * Hq * (query, key) pairs computed. A causal op skips the pairs above the diagonal: fused
@@ -11,7 +13,7 @@ The matmul view is the QK^T product: MatmulDims(B * Hq, Sq, Skv, D).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..registry import CostFn, cost, register_all
 from ..types import MatmulDims, NodeView, OpCost, RowDims
@@ -216,3 +218,72 @@ def linear_attention(node: NodeView) -> OpCost:
     per_token = hkv * (per_state * dk * dv + per_value * dv) + hq * (2 * dk * dv + dv)
     return OpCost("attention", q[0] * q[1] * per_token, io_bytes(node),
                   node.inputs[0].dtype, elements=q[0] * q[1] * hq * dv)
+
+
+@cost("DecoderMaskedMultiHeadAttention", domain=MS)
+def ms_decoder_masked_mha(node: NodeView) -> OpCost:
+    """One new token per sequence (Whisper and beam-search decoders): query (B, 1, hidden) or
+    packed QKV (B, 1, 3 hidden); key / value the new token (self attention) or the encoder's
+    states (B, N, L, H) (cross attention, L keys). Self attention attends the past cache
+    (B, N, P, H) and the new key. With ``past_present_share_buffer`` the cache is a buffer of
+    the maximum length and the past length a runtime value: the buffer's length bounds it,
+    and the kernel is marked ``estimated``; the present cache then writes one position."""
+    q, n = in_shape(node, 0), _heads_attr(node, "num_heads")
+    packed = not has_input(node, 1)
+    hidden = q[2] // 3 if packed else q[2]
+    d = hidden // n
+    cross = has_input(node, 1) and len(in_shape(node, 1)) == 4
+    shared = bool(node.attr("past_present_share_buffer", 0))
+    if cross:
+        skv = in_shape(node, 1)[2]
+    else:
+        past = in_shape(node, 5)[2] if has_input(node, 5) else 0
+        skv = past if shared else past + 1
+    h = Heads(q[0], n, n, 1, skv, d, d)
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    if shared:  # the present caches alias the past buffers: one new position written
+        pk = pv = int(q[0] * n * d * node.inputs[0].itemsize)
+    bias = 3 * q[0] * hidden if has_input(node, 10) else 0
+    c = attention_cost(node, h, _per_score(node, (3, 4)), {0: y, 1: pk, 2: pv},
+                       extra_flops=bias)
+    return replace(c, estimated=shared and not cross)
+
+
+def _packed_tokens(node: NodeView, offsets: int) -> tuple[int, int, int]:
+    """(tokens T, batch B, padded length S) of a packed op: T real tokens of B sequences of at
+    most S (``token_offset`` is (B, S))."""
+    off = in_shape(node, offsets)
+    return prod(in_shape(node, 0)[:1]), off[0], off[1]
+
+
+@cost("PackedMultiHeadAttention", domain=MS)
+def ms_packed_mha(node: NodeView) -> OpCost:
+    """Padding removed: query (T, hidden) or packed QKV (T, N, 3, H); each of the T tokens
+    attends the keys of its own sequence, at most S (token_offset (B, S)). The sequence
+    lengths are runtime values: T x S pairs per head bound the true sum of squared lengths,
+    exact when no token was padding (T = B S); otherwise the kernel is marked ``estimated``."""
+    q, n = in_shape(node, 0), _heads_attr(node, "num_heads")
+    tokens, b, s = _packed_tokens(node, 4)
+    d = q[3] if len(q) == 4 else q[1] // n
+    dv = d if len(q) == 4 else in_shape(node, 2)[1] // n
+    h = Heads(1, n, n, tokens, s, d, dv)
+    bias = tokens * n * (2 * d + dv) if has_input(node, 3) else 0
+    c = attention_cost(node, h, _per_score(node, (6,)), {0: int(tokens * n * dv *
+                                                                node.inputs[0].itemsize)},
+                       extra_flops=bias)
+    return replace(c, estimated=tokens < b * s)
+
+
+@cost("PackedAttention", domain=MS)
+def ms_packed_attention(node: NodeView) -> OpCost:
+    """PackedMultiHeadAttention after its QKV projection: input (T, hidden) @ weights
+    (hidden, q + k + v hidden) + bias, token_offset (B, S) at input 3."""
+    x, w, n = in_shape(node, 0), in_shape(node, 1), _heads_attr(node, "num_heads")
+    qh, _, vh = node.attr("qkv_hidden_sizes") or [w[1] // 3] * 3
+    tokens, b, s = _packed_tokens(node, 3)
+    h = Heads(1, n, n, tokens, s, qh // n, vh // n)
+    projection = 2 * tokens * x[1] * w[1] + (tokens * w[1] if has_input(node, 2) else 0)
+    c = attention_cost(node, h, _per_score(node, (5,)),
+                       {0: int(tokens * vh * node.inputs[0].itemsize)},
+                       extra_flops=projection)
+    return replace(c, estimated=tokens < b * s)
