@@ -97,6 +97,16 @@ CASES = [
     ("fused_matmul_activation", "float[2,4,8] a, float[2,16,8] b",
      'y = com.microsoft.FusedMatMulActivation<transB=1, activation="Sigmoid">(a, b)',
      "FusedMatMulActivation", "matmul", 2432, 1792),
+    # NhwcConv, X (1,16,16,8) channels last, W transposed to (16,3,3,8), pad 1 -> Y
+    # (1,16,16,16): the implicit GEMM of the NCHW conv, 2*256*16*72 + 4096 bias adds;
+    # bytes X 8192 + W 4608 + B 64 + Y 16384
+    ("nhwc_conv", "float[1,16,16,8] x, float[16,3,3,8] w, float[16] b",
+     "y = com.microsoft.NhwcConv<pads=[1,1,1,1]>(x, w, b)", "NhwcConv", "conv", 593920,
+     29248),
+    # the weight left in Conv's layout (16,8,3,3), stride 2 -> Y (1,8,8,16): 2*64*16*72
+    ("nhwc_conv_nchw_weight", "float[1,16,16,8] x, float[16,8,3,3] w",
+     "y = com.microsoft.NhwcConv<pads=[1,1,1,1], strides=[2,2]>(x, w)", "NhwcConv", "conv",
+     147456, 8192 + 4608 + 4096),
     # MatMulBnb4 (bitsandbytes NF4), A (2,64) @ 64 x 32 packed in 1024 bytes: 2*2*32*64;
     # bytes A 512 + B 1024 + absmax 32 floats 128 + Y 256
     ("matmul_bnb4", "float[2,64] a, uint8[1024] b, float[32] m",

@@ -130,6 +130,44 @@ def _cdist(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | No
     return [(a[0], b[0]) if a is not None and b is not None else None]
 
 
+def nhwc_weight(x: Shape, w: Shape, group: int, kernel: Sequence[int]) -> Shape | None:
+    """An NHWC conv's weight as (M, C / g, *kernel): ORT's NhwcConv fusion stores it either
+    as Conv's (M, C / g, kh, kw) or transposed to (M, kh, kw, C / g); the channel count (and
+    the kernel_shape attribute where given) tells which."""
+    c = x[-1]
+    if not all(isinstance(d, int) for d in (*x, *w)):
+        return None
+    if w[1] * group == c and (not kernel or tuple(w[2:]) == tuple(kernel)):
+        return w
+    if w[-1] * group == c and (not kernel or tuple(w[1:-1]) == tuple(kernel)):
+        return (w[0], w[-1], *w[1:-1])
+    return None
+
+
+def _nhwc_conv(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    """X (N, *spatial, C) -> Y (N, *out, M), with Conv's output size per spatial axis."""
+    x, w = ins[0], ins[1] if len(ins) > 1 else None
+    a = {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
+    if x is None or w is None:
+        return [None]
+    wn = nhwc_weight(x, w, a.get("group", 1), a.get("kernel_shape", ()))
+    if wn is None:
+        return [None]
+    rank, taps = len(x) - 2, wn[2:]
+    strides, dil = a.get("strides", [1] * rank), a.get("dilations", [1] * rank)
+    pads = a.get("pads", [0] * 2 * rank)
+    auto = a.get("auto_pad", b"NOTSET")
+    auto = auto.decode() if isinstance(auto, bytes) else auto
+    out = []
+    for i in range(rank):
+        size, span = x[1 + i], dil[i] * (taps[i] - 1) + 1
+        if auto in ("SAME_UPPER", "SAME_LOWER"):
+            out.append(-(-size // strides[i]))
+        else:
+            out.append((size + pads[i] + pads[i + rank] - span) // strides[i] + 1)
+    return [(x[0], *out, wn[0])]
+
+
 RULES: dict[tuple[str, str], ShapeRule] = {
     **{("com.microsoft", op): _same_as_input0 for op in (
         "FastGelu", "BiasGelu", "Gelu", "QuickGelu", "BiasAdd", "SkipLayerNormalization",
@@ -157,6 +195,8 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("com.microsoft", "FusedMatMulActivation"): _fused_matmul,
     ("com.microsoft", "MatMulBnb4"): _matmul_n_bits,  # bitsandbytes' 4-bit weights: K, N attrs
     ("com.microsoft", "CDist"): _cdist,
+    ("com.microsoft", "NhwcConv"): _nhwc_conv,
+    ("com.microsoft", "NhwcFusedConv"): _nhwc_conv,
     ("com.microsoft", "MoE"): _same_as_input0,
     ("com.microsoft", "QMoE"): _same_as_input0,
 }

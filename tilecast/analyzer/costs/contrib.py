@@ -22,17 +22,10 @@ from .common import (
     unsupported_error,
     vector_cost,
 )
-from .elementwise import GELU_ERF, GELU_TANH, SIGMOID
+from .elementwise import GELU_ERF, GELU_TANH, SIGMOID, activation_flops
 from .matmul import fused_matmul  # noqa: F401  (registers what the aliases reuse)
 from .normalization import LAYER_NORM, norm_cost
 
-# FLOPs per output element of a fused activation, by ORT's ``activation`` attribute (counted
-# as in costs/elementwise.py: sigmoid 3 = exp, add, divide; compare-and-select 2).
-ACTIVATION_FLOPS = {"Relu": 1, "Tanh": 1, "Sigmoid": SIGMOID, "LeakyRelu": 2, "Clip": 2,
-                    "HardSigmoid": 4, "Elu": 4, "Selu": 5, "Softplus": 3, "Softsign": 3,
-                    "ThresholdedRelu": 2, "ScaledTanh": 3, "ParametricSoftplus": 4}
-# An activation name not in ACTIVATION_FLOPS (a newer ORT): the costliest listed.
-UNKNOWN_ACTIVATION = max(ACTIVATION_FLOPS.values())
 # A QLinear op dequantizes each input element it reads ((q - zero point) * scale: 2) and
 # quantizes each output (divide, round, add the zero point, saturate: 4).
 DEQUANTIZE, REQUANTIZE = 2, 4
@@ -52,11 +45,6 @@ EPILOGUE = {
     "SwiGLU": SIGMOID + 1,  # silu(gate) * up: Mul's multiply, then x * sigmoid(x)
     "ScaledSiLU": SIGMOID + 2,  # scale * x * sigmoid(alpha x): Mul's, then alpha and x * s
 }
-
-
-def activation_flops(node: NodeView) -> int:
-    name = attr_str(node, "activation", "")
-    return ACTIVATION_FLOPS.get(name, UNKNOWN_ACTIVATION) if name else 0
 
 
 def mirrored(m: Mirror, epilogue: int) -> CostFn:

@@ -9,6 +9,7 @@ it. A dilated kernel reads the same number of taps as a dense one.
 from __future__ import annotations
 
 from ..registry import REGISTRY, CostFn, register_all, register_steps
+from ..shape_rules import nhwc_weight
 from ..types import ConvDims, MatmulDims, NodeView, OpCost
 from .common import (
     Shape,
@@ -22,6 +23,7 @@ from .common import (
     require,
     unique_bytes,
 )
+from .elementwise import activation_flops
 
 MS = "com.microsoft"
 
@@ -136,3 +138,21 @@ def causal_conv_with_state(node: NodeView) -> OpCost:
 
 
 REGISTRY.register("", "CausalConvWithState", causal_conv_with_state, since=27)
+
+
+def nhwc_conv(node: NodeView) -> OpCost:
+    """com.microsoft NhwcConv / NhwcFusedConv (ORT's Stable Diffusion optimizer): X (N, *in,
+    C) -> Y (N, *out, M), the weight in Conv's layout or (M, *kernel, C / g). The same implicit
+    GEMM as Conv on the NCHW view; a fused activation and the residual Z add per output."""
+    x, w, y = in_shape(node, 0), in_shape(node, 1), out_shape(node)
+    g = node.attr("group", 1)
+    wn = nhwc_weight(x, w, g, tuple(node.attr("kernel_shape") or ()))
+    require(node, wn is not None, f"weight {list(w)} fits neither layout of X {list(x)}")
+    xn, yn = (x[0], x[-1], *x[1:-1]), (y[0], y[-1], *y[1:-1])
+    d = MatmulDims(g, x[0] * prod(y[1:-1]), wn[0] // g, wn[1] * prod(wn[2:]))
+    epilogue = has_input(node, 2) + has_input(node, 3) + activation_flops(node)
+    return _cost(node, d, 0, epilogue * prod(y), conv_dims(node, xn, wn, yn, g))
+
+
+REGISTRY.register(MS, "NhwcConv", nhwc_conv)
+REGISTRY.register(MS, "NhwcFusedConv", nhwc_conv)

@@ -130,3 +130,18 @@ def rotary(cos_index: int, pos_index: int) -> CostFn:
 
 register_all(("RotaryEmbedding",), rotary(1, 3))  # X, cos_cache, sin_cache, position_ids
 register_all(("RotaryEmbedding",), rotary(2, 1), domain=MS)  # input, position_ids, cos, sin
+
+
+# FLOPs per output element of an activation ONNX Runtime fuses into a Conv, Gemm or MatMul, by
+# its ``activation`` attribute (counted as above: sigmoid 3, compare-and-select 2).
+ACTIVATION_FLOPS = {"Relu": 1, "Tanh": 1, "Sigmoid": SIGMOID, "LeakyRelu": 2, "Clip": 2,
+                    "HardSigmoid": 4, "Elu": 4, "Selu": 5, "Softplus": 3, "Softsign": 3,
+                    "ThresholdedRelu": 2, "ScaledTanh": 3, "ParametricSoftplus": 4}
+# An activation name not in ACTIVATION_FLOPS (a newer ORT): the costliest listed.
+UNKNOWN_ACTIVATION = max(ACTIVATION_FLOPS.values())
+
+
+def activation_flops(node: NodeView) -> int:
+    """The fused activation's FLOPs per output element (0 when none)."""
+    name = attr_str(node, "activation", "")
+    return ACTIVATION_FLOPS.get(name, UNKNOWN_ACTIVATION) if name else 0
