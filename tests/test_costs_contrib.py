@@ -17,6 +17,7 @@ from tilecast.analyzer.graph import build_graph
 from tilecast.analyzer.mirrors import MIRRORS
 from tilecast.analyzer.registry import REGISTRY, CostEntry
 from tilecast.analyzer.types import MatmulDims
+from tilecast.report import render
 
 QA = "float sa, uint8 za"  # a QLinear input's scale and zero point: 5 bytes
 CASES = [
@@ -174,10 +175,10 @@ def test_opaque_contrib_ops_say_why(domain, op, shown):
 g (float[2,8] x) => (y) {{ y = {domain}.{op}(x) }}"""
     f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
     assert dict(f.unsupported) == {f"{domain}::{op}": 1}
-    from tilecast.analyzer.analysis import cost_graph
-
-    (result,) = cost_graph(build_graph(onnx.parser.parse_model(text)))
-    assert shown in result.reason
+    (reason,) = f.unsupported_reasons  # in the API, the JSON and the table alike
+    assert (reason.op_type, reason.count, shown in reason.reason) == (f"{domain}::{op}", 1, True)
+    assert tilecast.Forecast.from_json(f.to_json()).unsupported_reasons == f.unsupported_reasons
+    assert f"  {domain}::{op} x1: " in render(f, "table", 3)
 
 
 MOE = '<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>\n'

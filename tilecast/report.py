@@ -105,6 +105,7 @@ def _counts(counts: dict[str, int]) -> str:
 
 def _unsupported_lines(f: Forecast) -> list[str]:
     lines = [f"unsupported ops: {_counts(dict(f.unsupported))}"]
+    lines += [f"  {r.op_type} x{r.count}: {r.reason}" for r in f.unsupported_reasons]
     if f.unshaped:
         lines.append(f"unshaped ops: {_counts(dict(f.unshaped))} (shapes cannot be derived)")
         if f.unshaped_from:

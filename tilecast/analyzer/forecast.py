@@ -122,9 +122,10 @@ class KernelForecast:
 
 
 @dataclass(frozen=True)
-class ZeroCostOp:
-    """``count`` nodes of one op that launch no GPU kernel, and why (e.g. "host",
-    "folded at load", a view)."""
+class OpReason:
+    """``count`` nodes of one op and the reason for their outcome: why they launch no GPU kernel
+    (zero-cost: "host", "folded at load", a view) or why no formula costs them (unsupported:
+    control flow, a generation loop, no formula in a domain)."""
 
     op_type: str
     reason: str
@@ -134,11 +135,14 @@ class ZeroCostOp:
         return {"op_type": self.op_type, "reason": self.reason, "count": self.count}
 
     @classmethod
-    def from_dict(cls, data: Any, where: str) -> ZeroCostOp:
+    def from_dict(cls, data: Any, where: str) -> OpReason:
         if not isinstance(data, Mapping):
             raise ConfigError(f"{where} must be a JSON object")
         return cls(_field(data, "op_type", str, where), _field(data, "reason", str, where),
                    _field(data, "count", int, where))
+
+
+ZeroCostOp = OpReason  # its name before unsupported nodes had reasons too
 
 
 @dataclass(frozen=True)
@@ -160,6 +164,7 @@ class Forecast:
     runtime: str = "eager"  # the runtime assumed (analyzer/runtime.py)
     unshaped: Mapping[str, int] = field(default_factory=dict)  # op_type -> count
     unshaped_from: str = ""  # the node where shape propagation stopped (analysis.unshaped_root)
+    unsupported_reasons: tuple[OpReason, ...] = ()
 
     @property
     def incomplete(self) -> bool:
@@ -237,6 +242,7 @@ class Forecast:
             "kernels": [k.to_dict() for k in self.kernels],
             "unsupported": dict(sorted(self.unsupported.items())),
             "unsupported_ms": _r(self.unsupported_ms),
+            "unsupported_reasons": [z.to_dict() for z in self.unsupported_reasons],
             "unshaped": dict(sorted(self.unshaped.items())),
             "unshaped_from": self.unshaped_from,
             "incomplete": self.incomplete,
@@ -270,7 +276,8 @@ class Forecast:
             unsupported=dict(data.get("unsupported") or {}),
             zero_cost=dict(data.get("zero_cost") or {}), fusion=bool(data.get("fusion")),
             dims=dict(data.get("dims") or {}), node_count=int(data.get("nodes", 0)),
-            zero_cost_reasons=_zero_cost_reasons(data, origin),
+            zero_cost_reasons=_reasons(data, "zero_cost_reasons", origin),
+            unsupported_reasons=_reasons(data, "unsupported_reasons", origin),
             # Forecasts written before math modes and runtimes existed assumed these.
             math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
             unshaped=dict(data.get("unshaped") or {}),
@@ -327,13 +334,12 @@ def _field(data: Mapping[str, Any], key: str, kind: type, where: str) -> Any:
     return value
 
 
-def _zero_cost_reasons(data: Mapping[str, Any], origin: str) -> tuple[ZeroCostOp, ...]:
-    """Optional (older forecasts lack it); when present, a list of ZeroCostOp objects."""
-    if data.get("zero_cost_reasons") is None:
+def _reasons(data: Mapping[str, Any], key: str, origin: str) -> tuple[OpReason, ...]:
+    """Optional (older forecasts lack it); when present, a list of OpReason objects."""
+    if data.get(key) is None:
         return ()
-    rows = _field(data, "zero_cost_reasons", list, origin)
-    return tuple(ZeroCostOp.from_dict(z, f"{origin}: zero_cost_reasons[{i}]")
-                 for i, z in enumerate(rows))
+    rows = _field(data, key, list, origin)
+    return tuple(OpReason.from_dict(z, f"{origin}: {key}[{i}]") for i, z in enumerate(rows))
 
 
 def _known_device(name: str, origin: str) -> Device:

@@ -15,7 +15,7 @@ from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
 from .epilogues import fuse_epilogues
 from .fold import fold_load_time
-from .forecast import Forecast, KernelForecast, ZeroCostOp
+from .forecast import Forecast, KernelForecast, OpReason
 from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, fold_weight_casts, tf32_kernels
@@ -143,12 +143,15 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
         unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
         unshaped_from=unshaped_root(results),
+        unsupported_reasons=zero_cost_reasons(results, "unsupported"),
         fusion=fusion, dims=dict(dims or {}), node_count=node_count,
         zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
     )
 
 
-def zero_cost_reasons(results: Sequence[NodeResult]) -> tuple[ZeroCostOp, ...]:
-    """(op, reason, count) of the zero-cost nodes, sorted by op then reason."""
-    acc = Counter((r.op_key, r.reason) for r in results if r.outcome == "zero")
-    return tuple(ZeroCostOp(op, reason, n) for (op, reason), n in sorted(acc.items()))
+def zero_cost_reasons(results: Sequence[NodeResult], outcome: str = "zero",
+                      ) -> tuple[OpReason, ...]:
+    """(op, reason, count) of the nodes with ``outcome`` (zero-cost by default, or
+    unsupported), sorted by op then reason."""
+    acc = Counter((r.op_key, r.reason) for r in results if r.outcome == outcome)
+    return tuple(OpReason(op, reason, n) for (op, reason), n in sorted(acc.items()))
