@@ -90,6 +90,10 @@ CASES = [
      "NegativeLogLikelihoodLoss", 17, "gather", 24, 100),
     # Det of 5 3x3 matrices: 5 * (2*27 // 3 + 3) = 105; bytes 180 + 20
     ("det", "float[5,3,3] x", "y = Det(x)", "Det", 17, "reduction", 105, 200),
+    # ImageScaler (tiny YOLOv2, opset 7; ONNX no longer defines it): 192 elements, an FMA
+    # each; X and Y 768 bytes; its shape comes from tilecast's rule, not ONNX
+    ("image_scaler", "float[1,3,8,8] x", "y = ImageScaler<bias=[1.0,2.0,3.0], scale=0.5>(x)",
+     "ImageScaler", 7, "elementwise", 384, 1536),
     # LinearAttention, B 2, T 16, 4 query heads over 2 KV heads, dk = 512/4 = 128,
     # dv = 256/2 = 128, gated_delta: per token 2*(5*16384 + 2*128) + 4*(2*16384 + 128)
     # = 295936, times 32 tokens. Bytes: q 65536, k, v, decay 32768 each, state 262144 in and

@@ -174,6 +174,9 @@ RULES: dict[tuple[str, str], ShapeRule] = {
         "SkipSimplifiedLayerNormalization", "SimplifiedLayerNormalization", "RotaryEmbedding",
         "LayerNormalization")},
     ("", "SimplifiedLayerNormalization"): _same_as_input0,
+    # experimental ops of opsets 1-9 that ONNX no longer defines (no shape inference left)
+    **{("", op): _same_as_input0 for op in (
+        "ImageScaler", "Affine", "Scale", "ScaledTanh", "ParametricSoftplus")},
     # an ONNX function op without a shape-inference function of its own:
     ("", "GroupNormalization"): _same_as_input0,
     ("com.microsoft", "Attention"): _attention,

@@ -86,6 +86,12 @@ register_all(("Mish",), elementwise(5))  # x * tanh(softplus(x)): softplus 3, ta
 register_all(("Swish",), elementwise(SIGMOID + 2))  # x * sigmoid(alpha * x)
 register_all(("SwiGLU",), elementwise(SIGMOID + 3))  # a * sigmoid(alpha * a) * b
 register_all(("DequantizeLinear",), elementwise(2))  # (x - zero_point) * scale
+# ONNX's experimental ops of opsets 1-9, removed from the standard since but still in older
+# model zoo graphs (tiny YOLOv2's ImageScaler) and run by ONNX Runtime:
+register_all(("ImageScaler", "Affine"), elementwise(2))  # scale * x + bias: an FMA
+register_all(("Scale",), elementwise(1))
+register_all(("ScaledTanh",), elementwise(3))  # alpha * tanh(beta * x)
+register_all(("ParametricSoftplus",), elementwise(4))  # alpha * log(1 + exp(beta * x))
 register_all(("QuantizeLinear",), elementwise(4))  # divide, round, add zero point, saturate
 register_all(("DynamicQuantizeLinear",), elementwise(6))  # min/max pass (2) + quantize (4)
 register_all(("Gelu",), elementwise(GELU_ERF), domain=MS)
