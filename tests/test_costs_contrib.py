@@ -226,3 +226,46 @@ def test_qmoe_reads_the_packed_weights():
     q, f = _moe_kernels(16, body, inputs), _moe_kernels(16, SWIGLU, FP16_EXPERTS)
     assert q["fc1"].kernel.cost.flops == f["fc1"].kernel.cost.flops
     assert q["fc1"].kernel.cost.bytes == 32 * (64 + 256) * 2 + 8 * 256 * 32 + (8 * 256 + 8 * 64) * 2
+
+
+def test_moe_trains_its_experts():
+    # backward: each expert GEMM's input and weight gradients (its own work each); the
+    # router's and the op input's gradients only when they are needed (both graph inputs here)
+    import numpy as np
+    from onnx import numpy_helper
+
+    model = onnx.parser.parse_model(
+        MOE + "g (float[1,8,64] x, float[8,4] p) => (y) <float[4,256,64] w1, "
+        "float[4,64,128] w2> {\n  y = com.microsoft.MoE<k=2, activation_type=\"swiglu\", "
+        "swiglu_fusion=1>(x, p, w1, \"\", w2)\n}")
+    model.graph.initializer.extend(numpy_helper.from_array(np.zeros(s, np.float32), n)
+                                   for n, s in (("w1", (4, 256, 64)), ("w2", (4, 64, 128))))
+    f = tilecast.analyze(model, "l4", mode="training", predictor="roofline")
+    backward = [k.kernel.name.split(".", 1)[1] for k in f.kernels if ".d" in k.kernel.name]
+    assert backward == ["combine.dX", "fc2.dX", "fc2.dW", "activation.dX", "fc1.dW"]
+
+
+@pytest.mark.parametrize("inputs, weights, body", [
+    ("float[1,8,16,16] x", {"w": (16, 8, 3, 3), "b": (16,)},
+     'com.microsoft.FusedConv<activation="Relu", pads=[1,1,1,1]>(x, w, b)'),
+    ("float[1,16,16,8] x", {"w": (16, 3, 3, 8)}, "com.microsoft.NhwcConv<pads=[1,1,1,1]>(x, w)"),
+    ("float[2,8,8,32] x", {"w": (32,), "b": (32,)},
+     "com.microsoft.GroupNorm<groups=4, activation=1, epsilon=0.00001>(x, w, b)"),
+    ("float[1,4,8,8] x, float[1,18,6,6] o", {"w": (6, 4, 3, 3)},
+     "DeformConv<kernel_shape=[3,3]>(x, w, o)"),
+    ("float[2,64,16] x", {"w": (64, 1, 4)}, "CausalConvWithState(x, w)"),
+])
+def test_new_parametric_ops_train_their_weights(inputs, weights, body):
+    # params.WEIGHT_INPUTS knows their weights: a training step accumulates each one's gradient
+    import numpy as np
+    from onnx import numpy_helper
+
+    outs = "y, ys" if body.startswith("Causal") else "y"
+    decl = ", ".join(f"float[{','.join(map(str, s))}] {n}" for n, s in weights.items())
+    model = onnx.parser.parse_model(
+        '<ir_version: 10, opset_import: ["" : 27, "com.microsoft" : 1]>\n'
+        f"g ({inputs}) => (y) <{decl}> {{\n  {outs} = {body}\n}}")
+    model.graph.initializer.extend(numpy_helper.from_array(np.zeros(s, np.float32), n)
+                                   for n, s in weights.items())
+    f = tilecast.analyze(model, "l4", mode="training", predictor="roofline")
+    assert {f"{n}.grad_acc" for n in weights} <= {k.kernel.name for k in f.kernels}

@@ -37,6 +37,13 @@ WEIGHT_INPUTS: dict[tuple[str, str], tuple[int, ...]] = {
     (MS, "SimplifiedLayerNormalization"): (1,), (MS, "SkipLayerNormalization"): (2, 3, 4),
     (MS, "SkipSimplifiedLayerNormalization"): (2, 3),
     (MS, "EmbedLayerNormalization"): (2, 3, 4, 5, 6),
+    ("", "DeformConv"): (1, 3), ("", "CausalConvWithState"): (1, 2),
+    (MS, "FusedConv"): (1, 2), (MS, "NhwcConv"): (1, 2), (MS, "NhwcFusedConv"): (1, 2),
+    (MS, "FusedGemm"): (0, 1, 2), (MS, "TransposeMatMul"): (0, 1),
+    (MS, "FusedMatMulActivation"): (0, 1), (MS, "GemmFastGelu"): (1, 2),
+    (MS, "GroupNorm"): (1, 2), (MS, "SkipGroupNorm"): (1, 2, 4),
+    (MS, "MoE"): (2, 3, 4, 5, 6, 7),  # the experts' weights and biases; not the router's
+    (MS, "TorchEmbedding"): (0,),
 }
 OFF_GPU = (FOLDED, HOST)
 AFFINE = frozenset({"Mul", "Add"})

@@ -92,5 +92,28 @@ def moe_steps(layout: Layout):
     return steps
 
 
-register_steps("MoE", moe_steps(MOE), "matmul", domain=MS)
-register_steps("QMoE", moe_steps(QMOE), "matmul", domain=MS)
+def moe_backward(layout: Layout):
+    """Training: the forward kernels in reverse, each with its input gradient (the same work);
+    each expert GEMM also with its weight gradient (the same grouped GEMM, transposed) when
+    that weight trains."""
+    forward = moe_steps(layout)
+    weights = {"fc1": layout.fc1, "fc2": layout.fc2, "fc3": layout.fc3}
+
+    def steps(node: NodeView, need: set[str]) -> list[tuple[str, OpCost]]:
+        out = []
+        # fc1's input gradient is the op's dX, the router's is that of router_probs: only when
+        # those inputs need one
+        ends = {"fc1": node.inputs[0].name, "router": node.inputs[1].name}
+        for suffix, c in reversed(forward(node)):
+            if suffix not in ends or ends[suffix] in need:
+                out.append((f"{suffix}.dX", c))
+            w = node.input(weights[suffix]) if suffix in weights else None
+            if w is not None and w.name in need:
+                out.append((f"{suffix}.dW", c))
+        return out
+
+    return steps
+
+
+register_steps("MoE", moe_steps(MOE), "matmul", domain=MS, backward=moe_backward(MOE))
+register_steps("QMoE", moe_steps(QMOE), "matmul", domain=MS)  # inference only: int weights
