@@ -261,3 +261,16 @@ def test_host_arithmetic_with_infinities_is_silent(recwarn):
     shapes = {t.name: t.shape for n in graph.nodes for t in n.outputs}
     assert shapes["b"] == (16, 16)
     assert [str(w.message) for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
+
+
+def test_an_unsupported_op_can_be_where_the_shapes_stop():
+    # nothing infers a foreign-domain op: the Relu after it is unshaped, and the root named is
+    # the unsupported op itself
+    text = """<ir_version: 8, opset_import: ["" : 17, "acme" : 1]>
+g (float[2,8] x) => (y) {
+  a = acme.Mystery(x)
+  y = Relu(a)
+}"""
+    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+    assert dict(f.unshaped) == {"Relu": 1}
+    assert f.unshaped_from == "'Mystery_0' (Mystery, unsupported, shapes ([2, 8]) -> (?))"

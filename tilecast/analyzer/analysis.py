@@ -104,13 +104,20 @@ def _check_bound(graph: Graph, node: NodeView) -> NodeResult | None:
 
 
 def unshaped_root(results: Iterable[NodeResult]) -> str:
-    """The first unshaped node whose inputs are all shaped: where propagation stopped (the
-    rest inherit the unknown). Its input shapes say why: a data-dependent output (NonZero), or
-    inputs the op rejects, as a graph traced at one size and bound to another gives."""
+    """Where shape propagation stopped: the first node whose inputs are all shaped and whose
+    outputs are not (the unshaped nodes after it inherit the unknown). Its shapes say why: a
+    data-dependent output (NonZero), inputs the op rejects (a graph traced at one size and
+    bound to another), or an unsupported op nothing infers (said so)."""
+    results = list(results)
+    if not any(r.outcome == "unshaped" for r in results):
+        return ""
     for r in results:
         node = r.node
-        if r.outcome == "unshaped" and all(_known(t) for t in node.inputs if t is not None):
-            return f"'{node.name}' ({node.op_type}, shapes {node.shape_str()})"
+        if r.outcome in ("unshaped", "unsupported") and \
+                all(_known(t) for t in node.inputs if t is not None) and \
+                not all(_known(t) for t in node.outputs if t.name):
+            what = f"{node.op_type}, unsupported" if r.outcome == "unsupported" else node.op_type
+            return f"'{node.name}' ({what}, shapes {node.shape_str()})"
     return ""
 
 
