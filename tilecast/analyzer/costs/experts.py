@@ -41,52 +41,81 @@ MOE = Layout(fc1=2, fc2=4, fc3=6, extras=(3, 5, 7))
 QMOE = Layout(fc1=2, fc2=5, fc3=8, extras=(3, 4, 6, 7, 9, 10, 11, 12, 13))
 
 
-def _share(node: NodeView, i: int, touched: int, experts: int) -> int:
+@dataclass(frozen=True)
+class Routing:
+    """One MoE call's sizes: T tokens of ``hidden``, each sent to ``k`` of ``experts``; fc1's
+    ``f1`` outputs per row (gate and up when fused), ``inter`` after the activation."""
+
+    tokens: int
+    hidden: int
+    experts: int
+    k: int
+    act: str
+    f1: int
+    inter: int
+    fc3: bool
+
+    @property
+    def routed(self) -> int:
+        return self.tokens * self.k
+
+    @property
+    def touched(self) -> int:
+        return min(self.experts, self.routed)
+
+    @property
+    def rows(self) -> int:
+        return -(-self.routed // self.touched)
+
+
+def routing(node: NodeView, layout: Layout) -> Routing:
+    x, probs = in_shape(node, 0), in_shape(node, 1)
+    k, experts = node.attr("k", 1), probs[-1]
+    act = attr_str(node, "activation_type", "relu")
+    require(node, 0 < k <= experts and act in ACTIVATION,
+            f"k={k} of {experts} experts, activation {act!r}")
+    f1, fc3 = in_shape(node, layout.fc1)[1], has_input(node, layout.fc3)
+    inter = in_shape(node, layout.fc3)[1] if fc3 else f1 // 2 if act in GATED else f1
+    return Routing(prod(x[:-1]), x[-1], experts, k, act, f1, inter, fc3)
+
+
+def _share(node: NodeView, i: int, r: Routing) -> int:
     """Bytes of the touched experts' part of input ``i`` (0 when absent)."""
-    return nbytes(node, node.inputs[i]) * touched // experts if has_input(node, i) else 0
+    return nbytes(node, node.inputs[i]) * r.touched // r.experts if has_input(node, i) else 0
+
+
+def _gemm(node: NodeView, r: Routing, n: int, red: int, weight: int) -> OpCost:
+    """One projection: a grouped GEMM of ``r.rows`` rows per touched expert, reading the
+    routed rows, the touched experts' weights, writing the products."""
+    item = node.inputs[0].itemsize
+    d = MatmulDims(r.touched, r.rows, n, red, batched=True, weight_b=True)
+    moved = int(r.routed * (red + n) * item) + _share(node, weight, r)
+    return OpCost("matmul", 2 * r.touched * r.rows * n * red, moved, node.inputs[0].dtype,
+                  unit="matrix", matmul=d, elements=r.routed * n)
 
 
 def moe_steps(layout: Layout):
     def steps(node: NodeView) -> list[tuple[str, OpCost]]:
-        x, probs = in_shape(node, 0), in_shape(node, 1)
-        hidden, tokens, experts = x[-1], prod(x[:-1]), probs[-1]
-        k = node.attr("k", 1)
-        act = attr_str(node, "activation_type", "relu")
-        require(node, 0 < k <= experts and act in ACTIVATION,
-                f"k={k} of {experts} experts, activation {act!r}")
-        f1 = in_shape(node, layout.fc1)[1]
-        has_fc3 = has_input(node, layout.fc3)
-        inter = in_shape(node, layout.fc3)[1] if has_fc3 else \
-            f1 // 2 if act in GATED else f1
-        routed = tokens * k
-        touched = min(experts, routed)
-        rows = -(-routed // touched)
+        r = routing(node, layout)
         item, dtype = node.inputs[0].itemsize, node.inputs[0].dtype
-        extras = sum(_share(node, i, touched, experts) for i in layout.extras)
-
-        def gemm(n: int, red: int, weight: int) -> OpCost:
-            d = MatmulDims(touched, rows, n, red, batched=True, weight_b=True)
-            moved = int(routed * (red + n) * item) + _share(node, weight, touched, experts)
-            return OpCost("matmul", 2 * touched * rows * n * red, moved, dtype, unit="matrix",
-                          matmul=d, elements=routed * n)
-
-        select = math.ceil(math.log2(k + 1))
-        fc1 = gemm(f1, hidden, layout.fc1)
+        extras = sum(_share(node, i, r) for i in layout.extras)  # biases, scales: with fc1
+        fc1 = _gemm(node, r, r.f1, r.hidden, layout.fc1)
+        select = math.ceil(math.log2(r.k + 1))
         # the router writes k expert indices (int64) and weights (fp32) per token: 12 bytes
-        out = [("router", OpCost("reduction", tokens * experts * (SOFTMAX + select),
-                                 nbytes(node, node.inputs[1]) + routed * 12, dtype,
-                                 rows=RowDims(tokens, experts), elements=routed)),
-               ("fc1", replace(fc1, bytes=fc1.bytes + extras))]  # biases, scales with fc1
-        if has_fc3:
-            out.append(("fc3", gemm(inter, hidden, layout.fc3)))
-        act_in = routed * (f1 + (inter if has_fc3 else 0))
-        out += [("activation", OpCost("elementwise", routed * inter * ACTIVATION[act],
-                                      int((act_in + routed * inter) * item), dtype,
-                                      elements=routed * inter)),
-                ("fc2", gemm(hidden, inter, layout.fc2)),
-                ("combine", OpCost("elementwise", 2 * routed * hidden,
-                                   int((routed + tokens) * hidden * item), dtype,
-                                   elements=tokens * hidden))]
+        out = [("router", OpCost("reduction", r.tokens * r.experts * (SOFTMAX + select),
+                                 nbytes(node, node.inputs[1]) + r.routed * 12, dtype,
+                                 rows=RowDims(r.tokens, r.experts), elements=r.routed)),
+               ("fc1", replace(fc1, bytes=fc1.bytes + extras))]
+        if r.fc3:
+            out.append(("fc3", _gemm(node, r, r.inter, r.hidden, layout.fc3)))
+        act_in = r.routed * (r.f1 + (r.inter if r.fc3 else 0))
+        out += [("activation", OpCost("elementwise", r.routed * r.inter * ACTIVATION[r.act],
+                                      int((act_in + r.routed * r.inter) * item), dtype,
+                                      elements=r.routed * r.inter)),
+                ("fc2", _gemm(node, r, r.hidden, r.inter, layout.fc2)),
+                ("combine", OpCost("elementwise", 2 * r.routed * r.hidden,
+                                   int((r.routed + r.tokens) * r.hidden * item), dtype,
+                                   elements=r.tokens * r.hidden))]
         return out
 
     return steps
