@@ -269,3 +269,22 @@ def test_new_parametric_ops_train_their_weights(inputs, weights, body):
                                    for n, s in weights.items())
     f = tilecast.analyze(model, "l4", mode="training", predictor="roofline")
     assert {f"{n}.grad_acc" for n in weights} <= {k.kernel.name for k in f.kernels}
+
+
+def test_a_mirror_copies_attributes_it_cannot_remake():
+    # an empty ints attribute has no type to re-make it from its value: copied as it is, the
+    # standard op's inference refuses it and the node is unshaped (was a ValueError traceback)
+    from onnx import AttributeProto, helper
+    from onnx import TensorProto as T
+
+    node = helper.make_node("FusedConv", ["x", "w"], ["y"], domain="com.microsoft",
+                            activation="Relu")
+    node.attribute.append(AttributeProto(name="pads", type=AttributeProto.INTS))
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", T.FLOAT, [1, 8, 16, 16]),
+                      helper.make_tensor_value_info("w", T.FLOAT, [16, 8, 3, 3])],
+        [helper.make_tensor_value_info("y", T.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    f = tilecast.analyze(model, "l4", predictor="roofline")
+    assert dict(f.unshaped) == {"com.microsoft::FusedConv": 1}

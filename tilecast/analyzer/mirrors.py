@@ -39,13 +39,17 @@ class Mirror:
     retype: bool = False
 
     def proto(self, node: onnx.NodeProto) -> onnx.NodeProto | None:
-        """The standard node (same name and outputs), or None where the layout differs."""
-        values = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        if self.layout_attr and values.get(self.layout_attr, 0):
+        """The standard node (same name and outputs), or None where the layout differs. The
+        attributes are copied as they are (not re-made from values: an empty list has no
+        type to re-make it with)."""
+        layout = next((a for a in node.attribute if a.name == self.layout_attr), None)
+        if layout is not None and helper.get_attribute_value(layout):
             return None
-        attrs = {k: v for k, v in values.items() if k not in self.drop | {self.layout_attr}}
-        return helper.make_node(self.op_type, self.input_names(node), list(node.output[:1]),
-                                name=node.name, **attrs)
+        std = helper.make_node(self.op_type, self.input_names(node), list(node.output[:1]),
+                               name=node.name)
+        std.attribute.extend(a for a in node.attribute
+                             if a.name not in self.drop and a.name != self.layout_attr)
+        return std
 
     def input_names(self, node: onnx.NodeProto) -> list[str]:
         names = [node.input[i] if i < len(node.input) else "" for i in self.inputs]
