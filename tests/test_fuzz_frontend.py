@@ -22,17 +22,30 @@ from tilecast.analyzer.synthetic import gpt2_like, small_cnn
 from tilecast.cli import main
 from tilecast.errors import TilecastError
 
+# The ops of stop 47's coverage: contrib mirrors, sampling, spectral and quantized ops.
+NEW_OPS = """<ir_version: 10, opset_import: ["" : 22, "com.microsoft" : 1]>
+g (float[1,8,16,16] x, float[16,8,3,3] w, float[16] b, float[1,8,8,2] grid, float[4,4] r,
+   int64[4] bi, uint8[2,8] qa, float sa, uint8 za, float[4,64,1] sig) => (y, z, q, f) {
+  c = com.microsoft.FusedConv<activation="Relu", pads=[1,1,1,1]>(x, w, b)
+  s = GridSample(c, grid)
+  y = RoiAlign<output_height=2, output_width=2>(s, r, bi)
+  z = LRN<size=3>(c)
+  q = com.microsoft.QLinearAdd(qa, sa, za, qa, sa, za, sa, za)
+  f = DFT<onesided=1>(sig)
+}"""
 BASES = {
     "arith": onnx.parser.parse_model(ARITH),
+    "new_ops": onnx.parser.parse_model(NEW_OPS),
     "data_dependent": onnx.parser.parse_model(DATA_DEPENDENT),
     "gpt2": gpt2_like(layers=1, hidden=32, heads=2, seq=8, batch=1, vocab=100),
     "cnn": small_cnn(),
 }
 KINDS = ("drop_input", "rename_input", "rename_output", "dim", "dim_param", "attr_int",
-         "attr_ints", "drop_attr", "op_type", "domain", "drop_initializer", "drop_node",
-         "dtype")
+         "attr_ints", "attr_empty", "drop_attr", "op_type", "domain", "drop_initializer",
+         "drop_node", "dtype")
 OPS = ("MatMul", "Conv", "Reshape", "Attention", "LSTM", "Einsum", "Slice", "Gather",
-       "Softmax", "NoSuchOp", "Loop", "Concat", "Range")
+       "Softmax", "NoSuchOp", "Loop", "Concat", "Range", "GridSample", "DFT", "RoiAlign",
+       "FusedConv", "MoE", "DeformConv")
 MUTATION = st.tuples(st.sampled_from(KINDS), st.integers(0, 10**6), st.integers(-3, 70000))
 SETTINGS = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -63,10 +76,13 @@ def _mutate_node(node: onnx.NodeProto, kind: str, i: int, v: int) -> None:
         node.input[v % len(node.input)] = f"ghost{v % 3}" if v % 2 else ""
     elif kind == "rename_output" and node.output:
         node.output[v % len(node.output)] = f"ghost{v % 3}"
-    elif kind in ("attr_int", "attr_ints", "drop_attr") and node.attribute:
+    elif kind in ("attr_int", "attr_ints", "attr_empty", "drop_attr") and node.attribute:
         a = node.attribute[v % len(node.attribute)]
         if kind == "drop_attr":
             node.attribute.remove(a)
+        elif kind == "attr_empty":  # a list attribute with no element (no type to re-make)
+            a.Clear()
+            a.name, a.type = ("pads", "axes", "kernel_shape")[i % 3], onnx.AttributeProto.INTS
         elif kind == "attr_int":
             a.Clear()
             a.CopyFrom(onnx.helper.make_attribute(("axis", "perm", "to", "num_heads")[i % 4], v))
@@ -160,3 +176,15 @@ def test_unmutated_bases_analyze(base):
              for d in vi.type.tensor_type.shape.dim if d.dim_param}
     assert tilecast.analyze(BASES[base], "l4", dims=dict.fromkeys(names, 2),
                             predictor="roofline").total_ms > 0
+
+
+@pytest.mark.parametrize("index", range(6))
+@pytest.mark.parametrize("attr", ["pads", "kernel_shape", "activation_params"])
+def test_empty_list_attributes_on_the_new_ops(index, attr):
+    # every node of NEW_OPS given an untyped-empty ints attribute: no traceback (a mirror used
+    # to re-make attributes from their values and raised ValueError)
+    model = _mutated("new_ops", [])
+    node = model.graph.node[index]
+    node.attribute.append(onnx.AttributeProto(name=attr, type=onnx.AttributeProto.INTS))
+    with contextlib.suppress(TilecastError):
+        tilecast.analyze(model, "l4", predictor="roofline")
