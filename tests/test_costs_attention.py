@@ -199,3 +199,26 @@ def test_bad_attribute_is_a_shape_error():
 def test_decoder_and_packed_attention(inputs, body, op, flops, nbytes, estimated):
     c = _cost_of(inputs, body, op, 17)
     assert (c.flops, c.bytes, c.estimated) == (flops, nbytes, estimated)
+
+
+@pytest.mark.parametrize("inputs, body, op, flops, nbytes", [
+    # SparseAttention, B 1, S 4 over a cache buffer of 8, Hq 2, Hkv 1, D 8, blocks of 4 with
+    # 3 nonzero (48 pairs): causal pairs 5+6+7+8 = 26 < 48, so 2*26 = 52 scores * 38 = 1976;
+    # bytes q 256 + k, v 128 each + caches 256 each + masks 12 each + lengths 4 + 4, Y 256,
+    # present caches 256 each
+    ("float[1,4,16] q, float[1,4,8] k, float[1,4,8] v, float[1,1,8,8] pk, float[1,1,8,8] pv, "
+     "int32[1,3] br, int32[1,3] bc, int32 t, int32[1] kt",
+     "y, ok, ov = com.microsoft.SparseAttention<num_heads=2, kv_num_heads=1, "
+     "sparse_block_size=4>(q, k, v, pk, pv, br, bc, t, kt)", "SparseAttention", 1976, 1824),
+    # PagedAttention, 5 tokens of 2 sequences, block table (2, 8) of 16-slot blocks: each token
+    # attends at most 128 keys: 4 heads * 5 * 128 = 2560 scores * (4*128 + 6) = 1326080;
+    # bytes q 5120 + k, v 2560 each + cu 12 + past 8 + table 64, Y 5120 + new K, V 5120, and
+    # the KV read bounded by 2 sequences of 128 keys: 2*128*2*256*2 = 262144 (pool 1638400)
+    ("float16[5,512] q, float16[5,256] k, float16[5,256] v, float16[100,16,2,128] kc, "
+     "float16[100,16,2,128] vc, int32[3] cu, int32[2] ps, int32[2,8] bt",
+     "y, ko, vo = com.microsoft.PagedAttention<num_heads=4, kv_num_heads=2>"
+     "(q, k, v, kc, vc, cu, ps, bt)", "PagedAttention", 1326080, 282708),
+])
+def test_runtime_length_attention_is_a_marked_bound(inputs, body, op, flops, nbytes):
+    c = _cost_of(inputs, body, op, 17)
+    assert (c.flops, c.bytes, c.estimated) == (flops, nbytes, True)

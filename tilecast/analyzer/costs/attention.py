@@ -1,7 +1,7 @@
 """Fused attention ops: ONNX Attention (opset 23+), com.microsoft Attention (and its int8
-QAttention), MultiHeadAttention, GroupQueryAttention, DecoderMaskedMultiHeadAttention and the
-packed (padding-free) PackedAttention / PackedMultiHeadAttention; ONNX LinearAttention (opset
-27).
+QAttention), MultiHeadAttention, GroupQueryAttention, DecoderMaskedMultiHeadAttention, the
+packed (padding-free) PackedAttention / PackedMultiHeadAttention, SparseAttention and
+PagedAttention; ONNX LinearAttention (opset 27).
 
 FLOPs = QK^T (2 * scores * D) + PV (2 * scores * Dv) + per-score softmax work, where ``scores``
 is B * Hq * (query, key) pairs computed. A causal op skips the pairs above the diagonal: fused
@@ -68,10 +68,11 @@ def causal_pairs(sq: int, skv: int, window: int = 0) -> int:
 
 def attention_cost(node: NodeView, h: Heads, per_score: int, outputs: dict[int, int], *,
                    extra_flops: int = 0, skip_inputs: tuple[int, ...] = (),
-                   extra_bytes: int = 0) -> OpCost:
+                   extra_bytes: int = 0, scores: int | None = None) -> OpCost:
     """``outputs``: bytes of the outputs whose size follows from ``h`` (Y, present caches),
-    whatever shape inference said; other named outputs count at their inferred size."""
-    s = h.scores
+    whatever shape inference said; other named outputs count at their inferred size.
+    ``scores``: the (query, key) pairs computed, where a mask bounds them below ``h``'s."""
+    s = h.scores if scores is None else scores
     flops = 2 * s * h.d + 2 * s * h.dv + per_score * s + extra_flops
     ins = [t for i, t in enumerate(node.inputs) if i not in skip_inputs]
     written = sum(outputs[i] if i in outputs else nbytes(node, t)
@@ -287,3 +288,51 @@ def ms_packed_attention(node: NodeView) -> OpCost:
                        {0: int(tokens * vh * node.inputs[0].itemsize)},
                        extra_flops=projection)
     return replace(c, estimated=tokens < b * s)
+
+
+@cost("SparseAttention", domain=MS)
+def ms_sparse_attention(node: NodeView) -> OpCost:
+    """Phi-3-small's block-sparse attention: query (B, S, Hq D) or packed QKV; past caches
+    (B, Hkv, M, D) are buffers of the maximum length M; the CSR block mask (num_layout,
+    max_nnz) at input 6. Each head's pairs are bounded by the mask's nonzero blocks
+    (max_nnz x block^2) and by the causal pairs of S queries over M keys; lengths are runtime
+    values, so the kernel is marked ``estimated``."""
+    q = in_shape(node, 0)
+    hq, hkv = _heads_attr(node, "num_heads"), _heads_attr(node, "kv_num_heads")
+    packed = not has_input(node, 1)
+    d = q[2] // (hq + 2 * hkv) if packed else q[2] // hq
+    cache = in_shape(node, 3)[2] if has_input(node, 3) else q[1]
+    block = _heads_attr(node, "sparse_block_size")
+    nnz = in_shape(node, 6)[-1] * block * block
+    h = Heads(q[0], hq, hkv, q[1], max(cache, q[1]), d, d)
+    pairs = min(nnz, causal_pairs(h.sq, h.skv))
+    y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
+    c = attention_cost(node, h, SCORE_FLOPS, {0: y, 1: pk, 2: pv},
+                       scores=h.b * h.hq * pairs)
+    return replace(c, estimated=True)
+
+
+@cost("PagedAttention", domain=MS)
+def ms_paged_attention(node: NodeView) -> OpCost:
+    """Continuous batching over a block-based KV cache: T packed tokens of B sequences;
+    block_table (B, max blocks) at input 7, caches (num_blocks, block, Hkv, D). Each token
+    attends at most max blocks x block keys, and the KV read is bounded by B sequences of
+    that length (never more than the cache pool). The sequence lengths are runtime values:
+    ``estimated``. The new tokens' K and V are written into the cache."""
+    q, kc = in_shape(node, 0), in_shape(node, 3)
+    hq, hkv = _heads_attr(node, "num_heads"), _heads_attr(node, "kv_num_heads")
+    packed = not has_input(node, 1)
+    d = q[1] // (hq + 2 * hkv) if packed else q[1] // hq
+    dv = node.attr("v_head_size", 0) or d
+    table = in_shape(node, 7)
+    context = table[1] * kc[1]
+    item = node.inputs[0].itemsize
+    pool = nbytes(node, node.inputs[3]) + (nbytes(node, node.inputs[4])
+                                           if has_input(node, 4) else 0)
+    kv_read = min(pool, int(table[0] * context * hkv * (d + dv) * item))
+    h = Heads(1, hq, hkv, q[0], context, d, dv)
+    new_kv = int(q[0] * hkv * (d + dv) * item)
+    c = attention_cost(node, h, _per_score(node, ()), {0: int(q[0] * hq * dv * item),
+                                                       1: new_kv, 2: 0},
+                       skip_inputs=(3, 4), extra_bytes=kv_read)
+    return replace(c, estimated=True)
