@@ -113,6 +113,22 @@ CASES = [
     ("matmul_bnb4", "float[2,64] a, uint8[1024] b, float[32] m",
      "y = com.microsoft.MatMulBnb4<K=64, N=32, block_size=64, quant_type=1>(a, b, m)",
      "MatMulBnb4", "matmul", 8192, 1920),
+    # com.microsoft LinearAttention = ONNX's (opset 27) with a state window: "linear", B 2,
+    # T 16, Hq 4 over Hkv 2, dk = dv = 128: per token 2*(2*16384) + 4*(2*16384 + 128), times
+    # 32 tokens; bytes q 65536 + k, v 32768 each + output 65536 + the new state 262144
+    ("ms_linear_attention", "float[2,16,512] q, float[2,16,256] k, float[2,16,256] v",
+     'y, ps = com.microsoft.LinearAttention<q_num_heads=4, kv_num_heads=2, '
+     'update_rule="linear">(q, k, v)', "LinearAttention", "attention", 6307840, 458752),
+    # GatedRMSNorm, X (2,16,256) in rows of the scale's 128: RMS 4 + SiLU 4 + multiply 1 per
+    # element; bytes X, gate, Y 32768 each + scale 512
+    ("gated_rms_norm", "float[2,16,256] x, float[128] sc, float[2,16,256] gt",
+     "y = com.microsoft.GatedRMSNorm(x, sc, gt)", "GatedRMSNorm", "normalization", 73728,
+     98816),
+    # MRotaryEmbedding (Qwen2-VL), X (2,4,64), 3-axis positions (3,2,4), caches (128,16):
+    # 3 per element of 512; bytes X 2048 + positions 192 + Y 2048 + 8 cache rows x 16 x 2
+    ("mrotary", "float[2,4,64] x, int64[3,2,4] p, float[128,16] c, float[128,16] s",
+     "y = com.microsoft.MRotaryEmbedding<num_heads=4>(x, p, c, s)", "MRotaryEmbedding",
+     "elementwise", 1536, 5312),
     # CDist (6,4) x (5,4) -> (6,5): 30 pairs x (3 x 4 + sqrt); bytes 96 + 80 + 120
     ("cdist", "float[6,4] a, float[5,4] b", 'y = com.microsoft.CDist<metric="euclidean">(a, b)',
      "CDist", "reduction", 390, 296),

@@ -37,6 +37,7 @@ class Mirror:
     # Quantized data the standard op's type constraints refuse: infer on float copies of the
     # inputs, then give the output the type of input 0 (the quantized data type).
     retype: bool = False
+    outputs: int = 1  # the outputs the standard op infers (the rest keep no shape)
 
     def proto(self, node: onnx.NodeProto) -> onnx.NodeProto | None:
         """The standard node (same name and outputs), or None where the layout differs. The
@@ -45,8 +46,8 @@ class Mirror:
         layout = next((a for a in node.attribute if a.name == self.layout_attr), None)
         if layout is not None and helper.get_attribute_value(layout):
             return None
-        std = helper.make_node(self.op_type, self.input_names(node), list(node.output[:1]),
-                               name=node.name)
+        std = helper.make_node(self.op_type, self.input_names(node),
+                               list(node.output[:self.outputs]), name=node.name)
         std.attribute.extend(a for a in node.attribute
                              if a.name not in self.drop and a.name != self.layout_attr)
         return std
@@ -102,6 +103,9 @@ MIRRORS: dict[tuple[str, str], Mirror] = {
     (MS, "SwiGLU"): Mirror("Mul", (0, 1), drop=frozenset(
         {"activation_alpha", "activation_beta", "limit", "round_activation"})),
     (MS, "ScaledSiLU"): Mirror("Mul", (0, 1), drop=frozenset({"alpha"})),
+    # ONNX's LinearAttention (opset 27) with a sliding state window the standard op lacks
+    (MS, "LinearAttention"): Mirror("LinearAttention", (0, 1, 2, 3, 4, 5), opset=27,
+                                    drop=frozenset({"state_window"}), outputs=2),
 }
 
 

@@ -200,6 +200,8 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("com.microsoft", "CDist"): _cdist,
     ("com.microsoft", "NhwcConv"): _nhwc_conv,
     ("com.microsoft", "NhwcFusedConv"): _nhwc_conv,
+    ("com.microsoft", "GatedRMSNorm"): _same_as_input0,
+    ("com.microsoft", "MRotaryEmbedding"): _same_as_input0,
     ("com.microsoft", "MoE"): _same_as_input0,
     ("com.microsoft", "QMoE"): _same_as_input0,
 }

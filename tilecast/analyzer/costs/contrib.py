@@ -24,7 +24,7 @@ from .common import (
 )
 from .elementwise import GELU_ERF, GELU_TANH, SIGMOID, activation_flops
 from .matmul import fused_matmul  # noqa: F401  (registers what the aliases reuse)
-from .normalization import LAYER_NORM, norm_cost
+from .normalization import LAYER_NORM, RMS_NORM, norm_cost
 
 # A QLinear op dequantizes each input element it reads ((q - zero point) * scale: 2) and
 # quantizes each output (divide, round, add the zero point, saturate: 4).
@@ -57,14 +57,14 @@ def mirrored(m: Mirror, epilogue: int) -> CostFn:
         if m.variadic_from is not None:
             picked += list(node.inputs[m.variadic_from::m.variadic_step])
         view = replace(node, op_type=m.op_type, domain="", inputs=tuple(picked),
-                       outputs=node.outputs[:1], opset=m.opset,
+                       outputs=node.outputs[:m.outputs], opset=m.opset,
                        attrs={k: v for k, v in node.attrs.items() if k not in m.drop})
         entry = REGISTRY.lookup("", m.op_type, m.opset)
         if not isinstance(entry, CostEntry):
             raise unsupported_error(node, f"no formula for the mirrored {m.op_type}")
         cost = entry.fn(view)
-        names = {t.name for t in (*picked, *node.outputs[:1]) if t is not None}
-        rest = unique_bytes(node, [t for t in (*node.inputs, *node.outputs[1:])
+        names = {t.name for t in (*picked, *node.outputs[:m.outputs]) if t is not None}
+        rest = unique_bytes(node, [t for t in (*node.inputs, *node.outputs[m.outputs:])
                                    if t is not None and t.name not in names])
         per_output = epilogue + activation_flops(node)
         return replace(cost, flops=cost.flops + per_output * prod(out_shape(node)),
@@ -149,6 +149,17 @@ REGISTRY.register(MS, "TransposeMatMul", _FUSED_MATMUL.fn)
 REGISTRY.register(MS, "FusedMatMulActivation", with_activation(_FUSED_MATMUL))
 REGISTRY.register(MS, "MatMulBnb4", _N_BITS.fn)
 REGISTRY.register(MS, "CDist", cdist)
+def gated_rms_norm(node: NodeView) -> OpCost:
+    """Mamba2 / gated DeltaNet outputs: Y = rms_norm(X) * scale * act(gate), each row the
+    trailing C = len(scale) elements: the RMS norm (4), the gate's SiLU (SIGMOID + 1) or
+    sigmoid, and the multiply by it (1)."""
+    x, c = in_shape(node, 0), prod(in_shape(node, 1))
+    require(node, c > 0 and prod(x) % c == 0, f"scale of {c} does not divide X {list(x)}")
+    gate = SIGMOID + (attr_str(node, "activation", "silu") in ("silu", "swish"))
+    return norm_cost(node, prod(x) // c, c, RMS_NORM + gate + 1)
+
+
+REGISTRY.register(MS, "GatedRMSNorm", gated_rms_norm)
 REGISTRY.register(MS, "GroupNorm", group_norm_nhwc)
 REGISTRY.register(MS, "SkipGroupNorm", group_norm_nhwc)
 REGISTRY.register(MS, "BiasSplitGelu", bias_split_gelu)

@@ -136,6 +136,8 @@ def rotary(cos_index: int, pos_index: int) -> CostFn:
 
 register_all(("RotaryEmbedding",), rotary(1, 3))  # X, cos_cache, sin_cache, position_ids
 register_all(("RotaryEmbedding",), rotary(2, 1), domain=MS)  # input, position_ids, cos, sin
+# Qwen2-VL's multimodal rotary: the same inputs, its sections of the head rotated alike
+register_all(("MRotaryEmbedding",), rotary(2, 1), domain=MS)
 
 
 # FLOPs per output element of an activation ONNX Runtime fuses into a Conv, Gemm or MatMul, by
