@@ -274,3 +274,15 @@ g (float[2,8] x) => (y) {
     f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
     assert dict(f.unshaped) == {"Relu": 1}
     assert f.unshaped_from == "'Mystery_0' (Mystery, unsupported, shapes ([2, 8]) -> (?))"
+
+
+def test_a_view_nothing_infers_can_be_where_the_shapes_stop():
+    # ORT's ExpandDims is a view (no kernel) whose axis is a runtime input: nothing shapes it
+    text = """<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+g (float[2,8] x) => (y) {
+  ax = Constant<value = int32 {1}>()
+  e = com.microsoft.ExpandDims(x, ax)
+  y = Relu(e)
+}"""
+    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+    assert f.unshaped_from == "'ExpandDims_1' (ExpandDims, no kernel, shapes ([2, 8], []) -> (?))"

@@ -107,17 +107,16 @@ def unshaped_root(results: Iterable[NodeResult]) -> str:
     """Where shape propagation stopped: the first node whose inputs are all shaped and whose
     outputs are not (the unshaped nodes after it inherit the unknown). Its shapes say why: a
     data-dependent output (NonZero), inputs the op rejects (a graph traced at one size and
-    bound to another), or an unsupported op nothing infers (said so)."""
+    bound to another), or an unsupported or zero-cost op nothing infers (said so)."""
     results = list(results)
     if not any(r.outcome == "unshaped" for r in results):
         return ""
+    label = {"unshaped": "", "unsupported": ", unsupported", "zero": ", no kernel"}
     for r in results:
         node = r.node
-        if r.outcome in ("unshaped", "unsupported") and \
-                all(_known(t) for t in node.inputs if t is not None) and \
+        if r.outcome in label and all(_known(t) for t in node.inputs if t is not None) and \
                 not all(_known(t) for t in node.outputs if t.name):
-            what = f"{node.op_type}, unsupported" if r.outcome == "unsupported" else node.op_type
-            return f"'{node.name}' ({what}, shapes {node.shape_str()})"
+            return f"'{node.name}' ({node.op_type}{label[r.outcome]}, shapes {node.shape_str()})"
     return ""
 
 
