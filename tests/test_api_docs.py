@@ -177,3 +177,22 @@ def test_comparison_json_is_valid(gpt2_path: Path):
     data = json.loads(c.to_json())
     assert data["kind"] == "tilecast-comparison" and not data["regressed"]
     assert [d["device"] for d in data["devices"]] == ["NVIDIA L4", "Tesla T4"]
+
+
+CONSOLE = re.compile(r"^```console\n\$ (tilecast [^\n]*)\n(.*?)^```", re.S | re.M)
+
+
+def test_readme_console_example_is_what_the_command_prints(monkeypatch: pytest.MonkeyPatch):
+    # The worked example was left at an older predictor's numbers (48.355 ms against 47.586)
+    # for several releases: the README's console block must be the command's output, exactly.
+    from click.testing import CliRunner
+
+    from tilecast.cli import main
+
+    monkeypatch.chdir(REPO)
+    blocks = CONSOLE.findall((REPO / "README.md").read_text(encoding="utf-8"))
+    assert blocks, "the README has no console example"
+    for command, shown in blocks:
+        result = CliRunner().invoke(main, command.split()[1:])
+        assert result.exit_code == 0, result.output
+        assert result.output == shown, command
