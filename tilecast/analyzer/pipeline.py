@@ -143,15 +143,14 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         zero_cost=dict(Counter(r.op_key for r in results if r.outcome == "zero")),
         unshaped=dict(Counter(r.op_key for r in results if r.outcome == "unshaped")),
         unshaped_from=unshaped_root(results),
-        unsupported_reasons=zero_cost_reasons(results, "unsupported"),
+        unsupported_reasons=outcome_reasons(results, "unsupported"),
         fusion=fusion, dims=dict(dims or {}), node_count=node_count,
-        zero_cost_reasons=zero_cost_reasons(results), math=math, runtime=runtime,
+        zero_cost_reasons=outcome_reasons(results, "zero"), math=math, runtime=runtime,
     )
 
 
-def zero_cost_reasons(results: Sequence[NodeResult], outcome: str = "zero",
-                      ) -> tuple[OpReason, ...]:
-    """(op, reason, count) of the nodes with ``outcome`` (zero-cost by default, or
-    unsupported), sorted by op then reason."""
+def outcome_reasons(results: Sequence[NodeResult], outcome: str) -> tuple[OpReason, ...]:
+    """(op, reason, count) of the nodes with ``outcome`` (zero or unsupported), sorted by op
+    then reason."""
     acc = Counter((r.op_key, r.reason) for r in results if r.outcome == outcome)
     return tuple(OpReason(op, reason, n) for (op, reason), n in sorted(acc.items()))
