@@ -45,6 +45,8 @@ EPILOGUE = {
     "SwiGLU": SIGMOID + 1,  # silu(gate) * up: Mul's multiply, then x * sigmoid(x)
     "ScaledSiLU": SIGMOID + 2,  # scale * x * sigmoid(alpha x): Mul's, then alpha and x * s
 }
+# A residual input the op adds to every output when given (an add each): FusedConv's Z.
+RESIDUAL = {"FusedConv": 3}
 
 
 def mirrored(m: Mirror, epilogue: int) -> CostFn:
@@ -66,7 +68,8 @@ def mirrored(m: Mirror, epilogue: int) -> CostFn:
         names = {t.name for t in (*picked, *node.outputs[:m.outputs]) if t is not None}
         rest = unique_bytes(node, [t for t in (*node.inputs, *node.outputs[m.outputs:])
                                    if t is not None and t.name not in names])
-        per_output = epilogue + activation_flops(node)
+        residual = node.op_type in RESIDUAL and node.input(RESIDUAL[node.op_type]) is not None
+        per_output = epilogue + residual + activation_flops(node)
         return replace(cost, flops=cost.flops + per_output * prod(out_shape(node)),
                        bytes=cost.bytes + rest)
 
