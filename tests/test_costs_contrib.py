@@ -108,6 +108,11 @@ CASES = [
     ("nhwc_conv_nchw_weight", "float[1,16,16,8] x, float[16,8,3,3] w",
      "y = com.microsoft.NhwcConv<pads=[1,1,1,1], strides=[2,2]>(x, w)", "NhwcConv", "conv",
      147456, 8192 + 4608 + 4096),
+    # NhwcMaxPool 3x3 stride 2 pad 1 over uint8 (1,16,16,8) -> (1,8,8,8): 512 outputs x 9
+    # compares; bytes 2048 + 512
+    ("nhwc_max_pool", "uint8[1,16,16,8] x",
+     "y = com.microsoft.NhwcMaxPool<kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]>(x)",
+     "NhwcMaxPool", "pooling", 4608, 2560),
     # MatMulBnb4 (bitsandbytes NF4), A (2,64) @ 64 x 32 packed in 1024 bytes: 2*2*32*64;
     # bytes A 512 + B 1024 + absmax 32 floats 128 + Y 256
     ("matmul_bnb4", "float[2,64] a, uint8[1024] b, float[32] m",
@@ -155,6 +160,10 @@ def test_flops_and_bytes(case, inputs, body, op, family, flops, nbytes):
     ("uint8[1000,32] d, int64[2,5] i, float[1000,2] s",
      "y = com.microsoft.GatherBlockQuantized<bits=4, block_size=32>(d, i, s)", (2, 5, 64),
      "float32"),
+    # ceil_mode: (16 - 3) / 2 rounded up, + 1 = 8 (7 rounded down)
+    ("uint8[1,16,16,8] x",
+     "y = com.microsoft.NhwcMaxPool<kernel_shape=[3,3], strides=[2,2], ceil_mode=1>(x)",
+     (1, 8, 8, 8), "uint8"),
 ])
 def test_shapes_come_from_the_standard_op(inputs, body, shape, dtype):
     text = (f'<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>\n'

@@ -276,13 +276,23 @@ g (float[2,8] x) => (y) {
     assert f.unshaped_from == "'Mystery_0' (Mystery, unsupported, shapes ([2, 8]) -> (?))"
 
 
-def test_a_view_nothing_infers_can_be_where_the_shapes_stop():
-    # ORT's ExpandDims is a view (no kernel) whose axis is a runtime input: nothing shapes it
-    text = """<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
-g (float[2,8] x) => (y) {
-  ax = Constant<value = int32 {1}>()
-  e = com.microsoft.ExpandDims(x, ax)
+EXPAND = """<ir_version: 8, opset_import: ["" : 17, "com.microsoft" : 1]>
+g (float[2,8] x, int32 given) => (y) {
+  ax = Constant<value = int32 {-1}>()
+  e = com.microsoft.ExpandDims(x, AXIS)
   y = Relu(e)
 }"""
-    f = tilecast.analyze(onnx.parser.parse_model(text), "l4", predictor="roofline")
+
+
+def test_expand_dims_reads_its_axis_on_the_host():
+    # ORT's ExpandDims is a view whose axis is an input: a constant one is read (-1: last)
+    f = tilecast.analyze(onnx.parser.parse_model(EXPAND.replace("AXIS", "ax")), "l4",
+                         predictor="roofline")
+    assert not f.incomplete and f.kernels[0].kernel.cost.elements == 16
+
+
+def test_a_view_nothing_infers_can_be_where_the_shapes_stop():
+    # the axis a graph input: nothing can shape the view, and it is named as the root
+    f = tilecast.analyze(onnx.parser.parse_model(EXPAND.replace("AXIS", "given")), "l4",
+                         predictor="roofline")
     assert f.unshaped_from == "'ExpandDims_1' (ExpandDims, no kernel, shapes ([2, 8], []) -> (?))"

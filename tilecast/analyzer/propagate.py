@@ -21,7 +21,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from .mirrors import mirror_of
-from .shape_rules import CORRECTIONS, RULES, Shape
+from .shape_rules import CORRECTIONS, RULES, VALUE_RULES, Shape
 from .weightless import has_data
 
 # Values with at most this many elements are evaluated on the host (shape arithmetic, masks of
@@ -130,6 +130,9 @@ class _Pass:
         rule = RULES.get((domain, node.op_type))
         if rule is not None:
             return _by_rule(rule, node, self.types) or none
+        value_rule = VALUE_RULES.get((domain, node.op_type))
+        if value_rule is not None:
+            return self._by_value_rule(value_rule, node) or none
         mirror = mirror_of(domain, node.op_type)
         if mirror is not None:  # a contrib op: the standard op it mirrors infers its output
             std = mirror.proto(node)
@@ -141,6 +144,20 @@ class _Pass:
             return none
         fix = CORRECTIONS.get((domain, node.op_type))
         return fix(node, outs) if fix else outs
+
+    def _by_value_rule(self, rule: Any, node: onnx.NodeProto,
+                       ) -> list[onnx.TypeProto | None] | None:
+        first = self.types.get(node.input[0]) if node.input else None
+        if first is None or not first.HasField("tensor_type"):
+            return None
+        try:
+            shapes = rule([shape_of(self.types.get(n)) if n else None for n in node.input],
+                          [self.data.get(n) for n in node.input])
+        except EVAL_ERRORS:
+            return None
+        elem = first.tensor_type.elem_type
+        return [None if s is None else helper.make_tensor_type_proto(elem, list(s))
+                for s in list(shapes) + [None] * (len(node.output) - len(shapes))]
 
     def _infer_schema(self, node: onnx.NodeProto, domain: str, version: int,
                       as_float: bool = False) -> list[onnx.TypeProto | None] | None:

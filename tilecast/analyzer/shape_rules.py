@@ -9,6 +9,7 @@ standard ops downstream.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import onnx
 
@@ -144,16 +145,10 @@ def nhwc_weight(x: Shape, w: Shape, group: int, kernel: Sequence[int]) -> Shape 
     return None
 
 
-def _nhwc_conv(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
-    """X (N, *spatial, C) -> Y (N, *out, M), with Conv's output size per spatial axis."""
-    x, w = ins[0], ins[1] if len(ins) > 1 else None
-    a = {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
-    if x is None or w is None:
-        return [None]
-    wn = nhwc_weight(x, w, a.get("group", 1), a.get("kernel_shape", ()))
-    if wn is None:
-        return [None]
-    rank, taps = len(x) - 2, wn[2:]
+def _window_out(x: Shape, taps: Sequence[int], a: dict) -> list[int]:
+    """Output sizes of a sliding window over channels-last X (N, *spatial, C), as Conv and
+    MaxPool define them (strides, pads, dilations, auto_pad, ceil_mode)."""
+    rank = len(x) - 2
     strides, dil = a.get("strides", [1] * rank), a.get("dilations", [1] * rank)
     pads = a.get("pads", [0] * 2 * rank)
     auto = a.get("auto_pad", b"NOTSET")
@@ -164,8 +159,34 @@ def _nhwc_conv(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape 
         if auto in ("SAME_UPPER", "SAME_LOWER"):
             out.append(-(-size // strides[i]))
         else:
-            out.append((size + pads[i] + pads[i + rank] - span) // strides[i] + 1)
-    return [(x[0], *out, wn[0])]
+            room = size + pads[i] + pads[i + rank] - span
+            out.append((-(-room // strides[i]) if a.get("ceil_mode") else room // strides[i])
+                       + 1)
+    return out
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {at.name: onnx.helper.get_attribute_value(at) for at in node.attribute}
+
+
+def _nhwc_conv(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    """X (N, *spatial, C) -> Y (N, *out, M), with Conv's output size per spatial axis."""
+    x, w = ins[0], ins[1] if len(ins) > 1 else None
+    a = _attrs(node)
+    if x is None or w is None:
+        return [None]
+    wn = nhwc_weight(x, w, a.get("group", 1), a.get("kernel_shape", ()))
+    if wn is None:
+        return [None]
+    return [(x[0], *_window_out(x, wn[2:], a), wn[0])]
+
+
+def _nhwc_max_pool(ins: Sequence[Shape | None], node: onnx.NodeProto) -> list[Shape | None]:
+    """X (N, *spatial, C) -> Y (N, *out, C) over ``kernel_shape`` windows."""
+    x, a = ins[0], _attrs(node)
+    if x is None or not a.get("kernel_shape") or not all(isinstance(d, int) for d in x):
+        return [None]
+    return [(x[0], *_window_out(x, a["kernel_shape"], a), x[-1])]
 
 
 RULES: dict[tuple[str, str], ShapeRule] = {
@@ -200,6 +221,7 @@ RULES: dict[tuple[str, str], ShapeRule] = {
     ("com.microsoft", "CDist"): _cdist,
     ("com.microsoft", "NhwcConv"): _nhwc_conv,
     ("com.microsoft", "NhwcFusedConv"): _nhwc_conv,
+    ("com.microsoft", "NhwcMaxPool"): _nhwc_max_pool,
     ("com.microsoft", "GatedRMSNorm"): _same_as_input0,
     ("com.microsoft", "MRotaryEmbedding"): _same_as_input0,
     ("com.microsoft", "MoE"): _same_as_input0,
@@ -224,4 +246,22 @@ def _stft_onesided(node: onnx.NodeProto, outs: list[onnx.TypeProto | None],
 CORRECTIONS: dict[tuple[str, str], Callable[[onnx.NodeProto, list[onnx.TypeProto | None]],
                                             list[onnx.TypeProto | None]]] = {
     ("", "STFT"): _stft_onesided,
+}
+
+
+def _expand_dims(ins: Sequence[Shape | None], values: Sequence[Any]) -> list[Shape | None]:
+    """ORT's ExpandDims(X, axis): X with a 1 inserted at ``axis``, a host-side scalar."""
+    x, axis = ins[0], values[1] if len(values) > 1 else None
+    if x is None or axis is None:
+        return [None]
+    a = int(axis)
+    a = a + len(x) + 1 if a < 0 else a
+    return [(*x[:a], 1, *x[a:])]
+
+
+# (domain, op_type) -> a rule that also reads the host values of small inputs (None where
+# not known); the outputs take input 0's element type.
+VALUE_RULES: dict[tuple[str, str], Callable[[Sequence[Shape | None], Sequence[Any]],
+                                            list[Shape | None]]] = {
+    ("com.microsoft", "ExpandDims"): _expand_dims,
 }

@@ -40,6 +40,8 @@ def global_pool(flops_per_element: int, flops_per_output: int = 0) -> CostFn:
 
 
 register_all(("MaxPool",), window_pool(1))
+# ONNX Runtime's channels-last MaxPool: the same taps whatever the layout
+register_all(("NhwcMaxPool",), window_pool(1), domain="com.microsoft")
 register_all(("AveragePool",), window_pool(1, 1))
 register_all(("LpPool",), window_pool(2, 1))
 register_all(("GlobalMaxPool",), global_pool(1))
