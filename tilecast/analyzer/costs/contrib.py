@@ -1,7 +1,7 @@
 """ONNX Runtime contrib ops: the mirrors of standard ops (``analyzer/mirrors.py``) costed by the
 standard formula, plus their fused epilogue and the inputs the standard op does not read; and
-the contrib ops of their own (Stable Diffusion's GroupNorm and BiasSplitGelu, quantized
-embeddings, Inverse).
+the contrib ops with formulas of their own (Stable Diffusion's norms, quantized embeddings,
+aliases of FusedMatMul and MatMulNBits, CDist, Inverse, GatedRMSNorm).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..registry import CostFn, register_all
 from ..types import NodeView, OpCost
 from .common import in_shape, io_bytes, nbytes, out_shape, prod, vector_cost
+from .elementwise import elementwise
 
 UNIFORM = 3  # the integer to [0, 1) conversion (1) and the scale and shift (an FMA, 2)
 # Box-Muller from two uniforms, per output: half of (log, sqrt, multiply, cos and sin, two
@@ -17,14 +18,14 @@ UNIFORM = 3  # the integer to [0, 1) conversion (1) and the scale and shift (an 
 NORMAL = 6
 
 
-def draw(flops_per_element: int, reads_input: bool) -> CostFn:
-    """Factory: one value drawn per output element."""
+def draw(flops_per_element: int) -> CostFn:
+    """Factory: one value drawn per output element, from no input data (only the output is
+    written)."""
 
     def fn(node: NodeView) -> OpCost:
         out = node.outputs[0]
         n = prod(out_shape(node))
-        nbytes_ = io_bytes(node) if reads_input else nbytes(node, out)
-        return vector_cost(node, "elementwise", flops_per_element * n, nbytes_,
+        return vector_cost(node, "elementwise", flops_per_element * n, nbytes(node, out),
                            dtype=out.dtype, elements=n)
 
     return fn
@@ -41,9 +42,8 @@ def multinomial(node: NodeView) -> OpCost:
                        elements=b * samples)
 
 
-register_all(("RandomUniform",), draw(UNIFORM, reads_input=False))
-register_all(("RandomNormal",), draw(NORMAL, reads_input=False))
-register_all(("RandomUniformLike",), draw(UNIFORM, reads_input=False))
-register_all(("RandomNormalLike",), draw(NORMAL, reads_input=False))
-register_all(("Bernoulli",), draw(UNIFORM + 1, reads_input=True))  # a draw, then a compare
+register_all(("RandomUniform", "RandomUniformLike"), draw(UNIFORM))
+register_all(("RandomNormal", "RandomNormalLike"), draw(NORMAL))
+# reads its probabilities: a draw, then a compare per element
+register_all(("Bernoulli",), elementwise(UNIFORM + 1, out_dtype=True))
 register_all(("Multinomial",), multinomial)

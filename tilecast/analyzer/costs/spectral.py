@@ -13,6 +13,7 @@ import math
 from ..registry import register_all
 from ..types import NodeView, OpCost
 from .common import in_shape, io_bytes, out_shape, prod, require, vector_cost
+from .elementwise import elementwise
 
 
 def fft_flops(n: int, transforms: int, complex_input: bool) -> int:
@@ -57,22 +58,12 @@ def stft(node: NodeView) -> OpCost:
     return vector_cost(node, "pooling", flops, io_bytes(node))
 
 
-def generator(flops_per_element: int):
-    """Factory: a tensor computed from its index alone (window functions, mel filters)."""
-
-    def fn(node: NodeView) -> OpCost:
-        n = prod(out_shape(node))
-        return vector_cost(node, "elementwise", flops_per_element * n, io_bytes(node),
-                           dtype=node.outputs[0].dtype, elements=n)
-
-    return fn
-
-
 register_all(("DFT",), dft)
 register_all(("STFT",), stft)
+# Computed from the index alone (a scalar size in): elementwise at the output's dtype.
 # a0 - a1 cos(2 pi k / N): the angle (1), cos (1), an FMA (2)
-register_all(("HannWindow", "HammingWindow"), generator(4))
+register_all(("HannWindow", "HammingWindow"), elementwise(4, out_dtype=True))
 # a0 - a1 cos(2 pi k / N) + a2 cos(4 pi k / N): two angles, two cosines, two FMAs
-register_all(("BlackmanWindow",), generator(8))
+register_all(("BlackmanWindow",), elementwise(8, out_dtype=True))
 # a triangle weight per (bin, mel band): two slopes (a subtract and a divide each), min, max
-register_all(("MelWeightMatrix",), generator(6))
+register_all(("MelWeightMatrix",), elementwise(6, out_dtype=True))
