@@ -32,6 +32,11 @@ from tilecast.learned.prepare import default_lookup  # noqa: E402
 SHORT = {"bfloat16": "bf16", "float16": "fp16", "float8e4m3fn": "fp8", "float32": "fp32"}
 
 
+# Ops shown on rows of their own, apart from their family's (stop 48's lease): a linear's
+# weight gradient (dY^T X, costed as the analyzer's dB), RMS norm and SiLU.
+OWN_ROWS = {"mmtn": "matmul dW (dY^T X)", "rms": "rmsnorm", "silu": "silu"}
+
+
 def kernel_rows(root: Path) -> KernelSamples | None:
     parts = [p for p in (read_csv(f, "train") for f in
                          sorted((root / "kernels" / "nvidia" / "train").glob("*/*.csv"))) if p]
@@ -88,7 +93,81 @@ def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, str | None]
     return np.array(truth), [k.kernel for k in f.kernels], np.array(depthwise), device
 
 
-def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
+def _conv_row(r: dict) -> tuple[int, ...]:
+    return tuple(int(r[x]) for x in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
+                                     "Input_Size", "Stride", "Padding", "Groups"))
+
+
+def conv_grad_rows(root: Path, truth: str = "Latency",
+                   ) -> list[tuple[str, str, tuple[int, ...], float, float, float]]:
+    """(name, dtype, dims, measured, tilecast, roofline) of each conv gradient row
+    (``convdx``, ``convdw``), forecast as a training step forecasts it: each row becomes a
+    per-channel PRelu (so that the conv's input needs its gradient) and the Conv, and the
+    step's ``<conv>.dX`` / ``<conv>.dW`` kernel is the forecast. The name tells dense,
+    grouped and depthwise, NCHW and channels-last rows apart (an ONNX Conv has no layout), and
+    convs of fewer than 8 input channels (an image stem: cuDNN pads them for the tensor
+    cores). ``truth``: the CSV column measured (``Kernels GPU ms``: the profiled kernels'
+    own time; rows without it are left out)."""
+    import csv
+
+    from onnx import helper, numpy_helper
+
+    import tilecast
+    from tilecast.learned.dataset import COLLECT_DTYPES
+
+    rows, nodes, inputs, outputs, inits, device = [], [], [], [], [], None
+    for op, grad in (("convdx", "dX"), ("convdw", "dW")):
+        for path in sorted((root / "kernels" / "nvidia" / "train" / op).glob("*.csv")):
+            for r in csv.DictReader(path.open()):
+                n, c, k, rr, h, st, pad, g = _conv_row(r)
+                i, dt = len(rows), COLLECT_DTYPES.get(r["dtype"], r["dtype"])
+                elem, np_dt = _ONNX_TYPES[dt], np.float16  # initializer values are not read
+                p = (h + 2 * pad - rr) // st + 1
+                inputs.append(helper.make_tensor_value_info(f"x{i}", elem, [n, c, h, h]))
+                outputs.append(helper.make_tensor_value_info(f"y{i}", elem, [n, k, p, p]))
+                inits += [_init(numpy_helper, np.zeros((c, 1, 1), np_dt), f"s{i}", elem),
+                          _init(numpy_helper, np.zeros((k, c // g, rr, rr), np_dt), f"w{i}",
+                                elem)]
+                nodes += [helper.make_node("PRelu", [f"x{i}", f"s{i}"], [f"a{i}"], f"pre{i}"),
+                          helper.make_node("Conv", [f"a{i}", f"w{i}"], [f"y{i}"], f"conv{i}",
+                                           group=g, strides=[st, st], pads=[pad] * 4)]
+                kind = "dense" if g == 1 else "depthwise" if g == c else "grouped"
+                kind += " C<8" if c < 8 else ""
+                layout = " NHWC" if int(r["Channels_Last"]) else ""
+                rows.append((f"conv {grad} {kind}{layout}", dt, _conv_row(r),
+                             float(r.get(truth) or "nan"), grad))
+                device = r["Device"].strip()
+    if not rows:
+        return []
+    model = helper.make_model(helper.make_graph(nodes, "grads", inputs, outputs, inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    dev = default_lookup(device)
+    preds = {}
+    for name, predictor in (("tilecast", "learned"), ("roofline", "roofline")):
+        f = tilecast.analyze(model, dev, mode="training", predictor=predictor)
+        preds[name] = {k.kernel.name: k.latency_ms for k in f.kernels}
+    return [(name, dt, dims, ms, preds["tilecast"][f"conv{i}.{grad}"],
+             preds["roofline"][f"conv{i}.{grad}"])
+            for i, (name, dt, dims, ms, grad) in enumerate(rows) if ms > 0]
+
+
+def conv_grads(root: Path, truth: str = "Latency",
+               ) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
+    """``conv_grad_rows`` grouped: (name, dtype, measured, tilecast, roofline)."""
+    groups: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for name, dt, _, ms, tc, rf in conv_grad_rows(root, truth):
+        groups.setdefault((name, dt), []).append((ms, tc, rf))
+    return [(name, dt, *np.array(v).T) for (name, dt), v in sorted(groups.items())]
+
+
+def _init(numpy_helper, values: np.ndarray, name: str, elem: int):
+    t = numpy_helper.from_array(values, name)
+    t.data_type = elem  # bf16 shares fp16's two bytes; only the shape and type are read
+    return t
+
+
+def scored(root: Path, conv_grad_truth: str = "Latency",
+           ) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarray]]:
     """(family, dtype, measured, tilecast, roofline) groups."""
     learned, roof, out = OnnxPredictor(), RooflinePredictor(), []
     s = kernel_rows(root)
@@ -98,12 +177,17 @@ def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
         # GEMMs whose rows are no multiple of 16 bytes run cuBLAS's unvectorized fallbacks,
         # which tilecast flags and does not model: shown apart.
         unaligned = np.array([misaligned_gemm(k) for k in to_kernels(s)], dtype=bool)
+        own = np.isin(s.op, list(OWN_ROWS))
         for f in ("matmul", "linear", "elementwise", "softmax", "layernorm"):
             for dt in sorted(set(s.dtype.tolist())):
-                for name, rows in ((f, ~unaligned), (f"{f} unaligned", unaligned)):
+                for name, rows in ((f, ~unaligned & ~own), (f"{f} unaligned", unaligned)):
                     m = (fam == f) & (s.dtype == dt) & rows
                     if m.any():
                         out.append((name, dt, s.latency_ms[m], tc[m], rf[m]))
+        for op, name in OWN_ROWS.items():
+            for dt in sorted(set(s.dtype[s.op == op].tolist())):
+                m = (s.op == op) & (s.dtype == dt) & ~unaligned
+                out.append((name, dt, s.latency_ms[m], tc[m], rf[m]))
     c = conv_rows(root)
     if c is not None:
         tc = ce._predict(learned, c, default_lookup)
@@ -125,7 +209,7 @@ def scored(root: Path) -> list[tuple[str, str, np.ndarray, np.ndarray, np.ndarra
             for name, m in (("depthwise", dw & (dtypes == dt)), ("grouped", ~dw & (dtypes == dt))):
                 if m.any():
                     out.append((name, dt, truth[m], tc[m], rf[m]))
-    return out
+    return out + conv_grads(root, conv_grad_truth)
 
 
 def _stats(truth: np.ndarray, pred: np.ndarray) -> str:
@@ -161,20 +245,24 @@ def main() -> None:
     ap.add_argument("--repeat", type=Path)
     ap.add_argument("--min-ms", type=float, default=0.0,
                     help="score only kernels measured at least this long")
+    ap.add_argument("--grad-kernel-time", action="store_true",
+                    help="score conv gradients against their profiled kernels' GPU time: "
+                         "their event-timed single calls also hold cuDNN's host work")
     a = ap.parse_args()
     t = time.perf_counter()
     if a.repeat:
         print(spread(a.data, a.repeat), end="\n\n")
-    head = (f"{'family':18s} {'dtype':5s} {'n':>5s} | {'tilecast MAPE':>13s} {'ratio':>6s} "
+    head = (f"{'family':22s} {'dtype':5s} {'n':>5s} | {'tilecast MAPE':>13s} {'ratio':>6s} "
             f"{'<1.25x':>6s} {'>2x':>5s} | {'roofline MAPE':>13s} {'ratio':>6s} {'<1.25x':>6s} "
             f"{'>2x':>5s}")
     print(head + "\n" + "-" * len(head))
-    for fam, dt, truth, tc, rf in scored(a.data):
+    grad_truth = "Kernels GPU ms" if a.grad_kernel_time else "Latency"
+    for fam, dt, truth, tc, rf in scored(a.data, grad_truth):
         keep = truth >= a.min_ms
         if not keep.any():
             continue
         truth, tc, rf = truth[keep], tc[keep], rf[keep]
-        print(f"{fam:18s} {SHORT.get(dt, dt):5s} {len(truth):5d} | {_stats(truth, tc):>33s} | "
+        print(f"{fam:22s} {SHORT.get(dt, dt):5s} {len(truth):5d} | {_stats(truth, tc):>33s} | "
               f"{_stats(truth, rf):>33s}")
     print(f"\n({time.perf_counter() - t:.0f} s; ratio: median forecast / measured)")
 

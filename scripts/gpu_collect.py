@@ -71,6 +71,26 @@ def rows_plan() -> list[Shape]:
     return _shuffled(shapes + default_grid("bn", 60))
 
 
+def training_plan() -> list[Shape]:
+    """A training step's kernels that no earlier phase measured: ResNet-50's conv gradients
+    (dX, dW) at the batch its training labels run (32, 128) in both layouts, the grid's convs'
+    gradients (the same shapes as the forward grid: pairs), linear weight gradients (dY^T X) of
+    the zoo's layers and a grid; ResNet's lead so that a cut phase still has them."""
+    zoo = sorted(ZOO_DIR.glob("*.json"))
+    resnet = [Shape(op, (b, c, k, r, h, s, r // 2, 1, last)) for op in ("convdx", "convdw")
+              for b in (32, 128) for c, k, r, h, s in RESNET_CONVS for last in (0, 1)]
+    grid = [*default_grid("convdx", 120), *default_grid("convdw", 120),
+            *zoo_shapes("mmtn", zoo), *default_grid("mmtn", 150)]
+    return _shuffled(resnet) + _shuffled(grid)
+
+
+def llama_rows_plan() -> list[Shape]:
+    """The row kernels of a Llama layer beside the layer norm and GELU the rows phase has."""
+    zoo = sorted(ZOO_DIR.glob("*.json"))
+    return _shuffled([s for op in ("rms", "silu") for s in (*default_grid(op, 120),
+                                                             *zoo_shapes(op, zoo))])
+
+
 def decode_linears() -> list[Shape]:
     zoo = sorted(ZOO_DIR.glob("*.json"))
     return _shuffled([s for s in zoo_shapes("linear", zoo) if s.dims[1] <= 128])
@@ -283,6 +303,11 @@ def main() -> None:
                                  80 * s, dev),
         "fp16b": lambda: kernels(a.out, "matmul fp16 grid", _shuffled(
             [*default_grid("linear", 200), *default_grid("bmm", 150)]), ("fp16",), 30 * s, dev),
+        # stop 48's lease: training kernels and a Llama layer's rows
+        "training": lambda: kernels(a.out, "training bf16", training_plan(), ("bf16",),
+                                    150 * s, dev),
+        "llama-rows": lambda: kernels(a.out, "llama rows bf16", llama_rows_plan(), ("bf16",),
+                                      45 * s, dev),
         "rows2": lambda: kernels(a.out, "rows bf16 (grid 2)", _shuffled(
             [x for op in rows for x in default_grid(op, 200)] + default_grid("bn", 200)),
             ("bf16",), 45 * s, dev),

@@ -311,3 +311,53 @@ def test_sm_clock_reading(monkeypatch, reading, want):
     monkeypatch.setattr(torch.cuda, "clock_rate", clock_rate)
     assert sm_clock_mhz(types.SimpleNamespace(type="cuda")) == want
     assert sm_clock_mhz(torch.device("cpu")) is None
+
+
+def test_training_and_llama_ops_compute_what_they_name():
+    """stop 48's ops: a linear's weight gradient dY^T X (dY stored (tokens, out)), a conv's
+    data and weight gradients (aten.convolution_backward, the forward's dims and layout),
+    RMS norm and SiLU."""
+    torch = pytest.importorskip("torch")
+    from tilecast.collect.ops import build
+
+    cpu = torch.device("cpu")
+    torch.manual_seed(0)
+    # B, M, N, K = 1, 3, 5, 7: dY^T (3 x 5) @ X (5 x 7), N = 5 tokens the reduction
+    assert tuple(build(Shape("mmtn", (1, 3, 5, 7)), "fp32", cpu)().shape) == (3, 7)
+    assert tuple(build(Shape("mmtn", (2, 3, 5, 7)), "fp32", cpu)().shape) == (2, 3, 7)
+    # 2 images of 8 channels, 14 x 14, 3x3 stride 2 to 16 channels, NCHW and channels-last
+    for last in (0, 1):
+        dims = (2, 8, 16, 3, 14, 2, 1, 1, last)
+        dx, dw, db = build(Shape("convdx", dims), "fp32", cpu)()
+        assert tuple(dx.shape) == (2, 8, 14, 14) and dw is None and db is None
+        dx, dw, _ = build(Shape("convdw", dims), "fp32", cpu)()
+        assert dx is None and tuple(dw.shape) == (16, 8, 3, 3)
+    assert build(Shape("rms", (4, 8)), "bf16", cpu)().shape == (4, 8)
+    assert build(Shape("silu", (4, 8)), "bf16", cpu)().dtype == torch.bfloat16
+
+
+def test_conv_gradients_pair_with_the_forward_grid():
+    conv = default_grid("conv", 30)
+    for op in ("convdx", "convdw"):
+        assert [s.dims for s in default_grid(op, 30)] == [s.dims for s in conv]
+
+
+@pytest.mark.parametrize("op, dims, family, flops, nbytes", [
+    # dY^T X as the analyzer's dB: (m x k) @ (k x n) with m = M 3, n = K 7, k = N 5 the
+    # reduction; 2 m n k = 210 FLOPs; bytes 2 (bf16) x (3 x 5 + 5 x 7 + 3 x 7) = 142
+    ("mmtn", "1,3,5,7", "matmul", 210, 142),
+    # RMS norm on 4 rows of 8: 4 FLOPs per element (128); x in, y out, the gain: 2 (32 + 32 + 8)
+    ("rms", "4,8", "layernorm", 128, 144),
+    # SiLU: sigmoid 3 + mul 1 per element (128); x in, y out: 2 x 64
+    ("silu", "4,8", "elementwise", 128, 128),
+])
+def test_new_ops_read_back_with_the_analyzers_costs(tmp_path, op, dims, family, flops, nbytes):
+    from tilecast.learned.dataset import load_kernels
+
+    shapes = tmp_path / "s.csv"
+    shapes.write_text(f"{op},{dims}\n")
+    out = tmp_path / "out"
+    assert _collect(out, shapes, "--dtype", "bf16").exit_code == 0
+    s = load_kernels([out], "train", vendor="cpu")
+    assert (s.op.tolist(), s.family.tolist()) == ([op], [family])
+    assert (s.flops[0], s.bytes[0]) == (flops, nbytes)

@@ -97,3 +97,32 @@ def test_collected_matmul_rows_follow_the_shared_csv_convention() -> None:
     assert all(tiled(r, int(r["K"])) for r in rows)
     assert not any(tiled(r, int(r["N"])) for r in rows)
 
+
+
+def test_nchw_conv_gradients_transpose_as_the_forward_does() -> None:
+    """The rule ``tensor_core.nchw_transpose_bytes`` applies to a training step's conv
+    gradients, read from the lease's own kernel lists: NCHW dense gradients that are not
+    1x1 stride 1 run cuDNN's layout transposes, and channels-last ones do not."""
+    import csv
+
+    for op in ("convdx", "convdw"):
+        path = DATA / "kernels" / "nvidia" / "train" / op / "NVIDIA_H100_80GB_HBM3.csv"
+        with path.open(newline="") as fh:
+            rows = [r for r in csv.DictReader(fh) if r["Groups"] == "1"
+                    and (r["Kernel_Szie"], r["Stride"]) != ("1", "1")]
+        moves = {last: [("nchwToNhwc" in r["Kernels"] or "nhwcToNchw" in r["Kernels"])
+                        for r in rows if r["Channels_Last"] == last] for last in ("0", "1")}
+        assert len(moves["0"]) >= 40 and np.mean(moves["0"]) >= 0.9
+        assert np.mean(moves["1"]) <= 0.05
+
+
+def test_conv_weight_gradients_pay_their_layout_transposes() -> None:
+    # against the profiled kernels' GPU time (an event-timed convolution_backward call also
+    # holds 50-100 us of cuDNN's host work): dense NCHW weight gradients of 0.1 ms and
+    # longer were forecast 0.68x before their transposes were charged, 0.84x since
+    from collected_accuracy import conv_grads
+
+    got = {name: (truth, tc) for name, dt, truth, tc, _ in conv_grads(DATA, "Kernels GPU ms")}
+    truth, tc = got["conv dW dense"]
+    keep = truth >= MIN_MS
+    assert keep.sum() >= 15 and 0.75 < float(np.median(tc[keep] / truth[keep])) < 1.3

@@ -185,3 +185,37 @@ def test_few_tiles_past_the_ridge_point_split_their_reduction() -> None:
     decode = default_predictor().predict([_gemm(8, "bfloat16", n=4096, k=4096)],
                                          load_device("h100-sxm5-80gb"))[0]
     assert "/" not in decode.tile
+
+
+def _grad(n: int, c: int, k: int, size: int, r: int, which: str) -> Kernel:
+    """A conv's bf16 gradient kernel as analyzer/training.py builds it (stride 1, "same"):
+    dX an (N H W) x C output over K R S, dW a K x (C R S) output over the N P Q pixels."""
+    x, w, y = 2 * n * c * size * size, 2 * k * c * r * r, 2 * n * k * size * size
+    mm = (MatmulDims(1, n * size * size, c, k * r * r) if which == "dX"
+          else MatmulDims(1, k, c * r * r, n * size * size))
+    cost = OpCost("conv", 2 * n * k * size * size * c * r * r, x + w + y, "bfloat16", "matrix",
+                  matmul=mm, elements=n * c * size * size if which == "dX" else k * c * r * r)
+    return Kernel(f"conv.{which}", ("conv",), "ConvGrad", cost)
+
+
+@pytest.mark.parametrize("which", ["dX", "dW"])
+def test_nchw_conv_gradients_pay_their_layout_transposes(which: str) -> None:
+    # 128 x 64 x 56 x 56, 3x3 to 64 channels: X and dY are 51.4 MB each. On the H100 45 of 45
+    # such NCHW data gradients and 42 of 45 weight gradients transpose X / dY in (stop 48's
+    # lease). dW's n x k operand is X's im2col (9 x 51.4 MB), which is no tensor: the
+    # activations are X and dY, 2 x (51.4 + 51.4) MB streamed besides the GEMM.
+    h100 = load_device("h100-sxm5-80gb")
+    pred = default_predictor()
+    p = pred.predict([_grad(128, 64, 64, 56, 3, which)], h100)[0]
+    moved = 2 * (2 * 128 * 64 * 56 * 56) * 2
+    floor_ms = moved / h100.mem_bandwidth_gbps * 1e-6
+    assert floor_ms < p.layout_ms < 2.5 * floor_ms
+
+
+@pytest.mark.parametrize("which", ["dX", "dW"])
+def test_pointwise_conv_gradients_run_on_nchw(which: str) -> None:
+    # 1x1 stride 1: both gradients are GEMMs on NCHW as it stands (dX = W^T dY_n, dW = the
+    # sum of dY_n X_n^T), 15 of 22 weight gradients and 18 of 22 data gradients without one
+    p = default_predictor().predict([_grad(128, 64, 256, 56, 1, which)],
+                                    load_device("h100-sxm5-80gb"))[0]
+    assert p.layout_ms == 0.0

@@ -284,7 +284,9 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
     records kernel names and grids with the torch profiler, and appends rows to CSVs in the
     shared dataset's schema plus dtype and SM clock columns. Beyond the shared ops it
     measures attention's Q K^T as eager PyTorch runs it (bmmt), broadcast masks (addb,
-    whereb, maxt), bool and, and casts. Interrupt and rerun: done rows are skipped.
+    whereb, maxt), bool and, casts, RMS norm (rms), SiLU, and a training step's gradients:
+    a linear's dY^T X (mmtn) and a conv's dX / dW (convdx, convdw; family convbackward).
+    Interrupt and rerun: done rows are skipped.
 
     \b
     Example:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .shapes import FIXED_DTYPES, MASK_OPS, Shape
+from .shapes import CONV_OPS, FIXED_DTYPES, MASK_OPS, MATMUL_OPS, Shape
 from .timing import Timing, sm_clock_mhz, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
@@ -25,7 +25,7 @@ ELEMENTWISE: dict[str, Callable] = {
     "mulu": lambda x, y: x * 1.5, "div": lambda x, y: x / y, "divu": lambda x, y: x / 1.5,
     "pow": lambda x, y: torch.pow(x, y), "powu": lambda x, y: torch.pow(x, 2.0),
     "relu": lambda x, y: F.relu(x), "gelu": lambda x, y: F.gelu(x),
-    "tanh": lambda x, y: torch.tanh(x),
+    "tanh": lambda x, y: torch.tanh(x), "silu": lambda x, y: F.silu(x),
 }
 
 
@@ -90,8 +90,15 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
     if shape.op == "linear":  # Linear(N -> K) on M rows: the weight is stored (K, N)
         x, w = _rand((d["M"], d["N"]), dt, device), _rand((d["K"], d["N"]), dt, device)
         return lambda: F.linear(x, w)
-    if shape.op == "conv":
-        return _conv(d, dt, device)
+    if shape.op == "mmtn":  # a weight gradient dY^T X: dY stored (N, M), read transposed
+        a, b = _rand((d["B"], d["N"], d["M"]), dt, device), _rand((d["B"], d["N"], d["K"]),
+                                                                  dt, device)
+        if d["B"] == 1:  # autograd's linear backward calls mm, not a batched GEMM
+            a2, b2 = a[0], b[0]
+            return lambda: torch.mm(a2.t(), b2)
+        return lambda: torch.bmm(a.transpose(1, 2), b)
+    if shape.op in CONV_OPS:
+        return _conv(shape.op, d, dt, device)
     if shape.op == "sdpa":
         q, k, v = (_rand((d["B"], d["Heads"], d["Seq"], d["Head_Dim"]), dt, device)
                    for _ in range(3))
@@ -109,12 +116,17 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
     if shape.op == "ln":
         g, b = _rand((d["H"],), dt, device), _rand((d["H"],), dt, device)
         return lambda: F.layer_norm(x, (d["H"],), g, b)
+    if shape.op == "rms":
+        g = _rand((d["H"],), dt, device)
+        return lambda: F.rms_norm(x, (d["H"],), g)
     y = _rand((d["B"], d["H"]), dt, device)
     fn = ELEMENTWISE[shape.op]
     return lambda: fn(x, y)
 
 
-def _conv(d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
+def _conv(op: str, d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
+    """The forward (``conv``) or one of its gradients (``convdx``: dX, ``convdw``: dW), as
+    autograd's convolution backward computes it, on the forward's layout."""
     g = d["Groups"]
     if d["Input_Channel"] % g or d["Output_Channel"] % g:
         raise ConfigError(f"conv channels {d['Input_Channel']} -> {d['Output_Channel']} are "
@@ -124,15 +136,21 @@ def _conv(d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
     w = _rand((d["Output_Channel"], d["Input_Channel"] // g, d["Kernel_Szie"],
                d["Kernel_Szie"]), dt, device)
     x, w = x.to(memory_format=fmt), w.to(memory_format=fmt)
-    return lambda: F.conv2d(x, w, stride=d["Stride"], padding=d["Padding"], groups=g)
+    stride, pad = [d["Stride"]] * 2, [d["Padding"]] * 2
+    if op == "conv":
+        return lambda: F.conv2d(x, w, stride=stride, padding=pad, groups=g)
+    dy = F.conv2d(x, w, stride=stride, padding=pad, groups=g).contiguous(memory_format=fmt)
+    mask = [op == "convdx", op == "convdw", False]
+    return lambda: torch.ops.aten.convolution_backward(
+        dy, x, w, None, stride, pad, [1, 1], False, [0, 0], g, mask)
 
 
 def input_bytes(shape: Shape, dtype: str) -> int:
     size = 1 if dtype in ("fp8", "bool") else 2 if dtype in ("fp16", "bf16") else 4
     d = shape.named
-    if shape.op in ("bmm", "bmmt", "linear"):
+    if shape.op in MATMUL_OPS:
         return size * d["B"] * (d["M"] * d["K"] + d["K"] * d["N"] + d["M"] * d["N"])
-    if shape.op == "conv":
+    if shape.op in CONV_OPS:
         img = d["B"] * d["Input_Size"] ** 2
         return size * (img * (d["Input_Channel"] + d["Output_Channel"])
                        + d["Output_Channel"] * d["Input_Channel"] // d["Groups"]

@@ -20,6 +20,12 @@ broadcast an operand and so leave PyTorch's vectorized elementwise kernel (``add
 other float width (16-bit <-> fp32: what autocast inserts). Training reads none of them yet
 (``learned/dataset.py`` skips ops it does not model): they are the data a model input for
 layout and broadcasting needs.
+
+A Llama layer's and a training step's kernels: ``rms`` (RMS norm, ``B, H`` rows with a
+gain), ``silu``; ``mmtn``, the weight gradient of a linear layer as autograd runs it
+(``dY^T @ X``: the first operand stored (B, N, M) and read transposed; same ``B, M, N, K``
+convention, N the reduction); ``convdx`` / ``convdw``, a convolution's data and weight
+gradients (``aten.convolution_backward`` for one of them, the forward's dims).
 """
 
 from __future__ import annotations
@@ -39,24 +45,27 @@ CONV_DIMS = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size"
              "Padding", "Groups", "Channels_Last")
 BN_DIMS = ("B", "Channels", "Input_Size")
 ATTENTION_DIMS = ("B", "Heads", "Seq", "Head_Dim", "Causal")
+MATMUL_OPS = ("bmm", "bmmt", "linear", "mmtn")
+CONV_OPS = ("conv", "convdx", "convdw")
 # Trailing dims a shapes file may omit, with their defaults (older 7-column conv files).
-OPTIONAL_DIMS: dict[str, tuple[int, ...]] = {"conv": (1, 0)}
+OPTIONAL_DIMS: dict[str, tuple[int, ...]] = {op: (1, 0) for op in CONV_OPS}
 ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu", "gelu",
-               "tanh")
+               "tanh", "silu")
 # Elementwise kernels outside the shared schema (module docstring): broadcast masks, bool, casts.
 MASK_OPS = ("addb", "whereb", "maxt", "and", "cast")
 ROW_OPS = ELEMENTWISE + MASK_OPS
 OP_DIMS: dict[str, tuple[str, ...]] = {
-    "bmm": MATMUL_DIMS, "bmmt": MATMUL_DIMS, "linear": MATMUL_DIMS, "softmax": ROW_DIMS,
-    "ln": ROW_DIMS, "conv": CONV_DIMS, "bn": BN_DIMS, "sdpa": ATTENTION_DIMS,
+    **{op: MATMUL_DIMS for op in MATMUL_OPS}, "softmax": ROW_DIMS, "ln": ROW_DIMS,
+    "rms": ROW_DIMS, **{op: CONV_DIMS for op in CONV_OPS}, "bn": BN_DIMS,
+    "sdpa": ATTENTION_DIMS,
     **{op: ROW_DIMS for op in ROW_OPS},
 }
 # Ops measured in one dtype whatever --dtype asks for (bool And: its operands are bool).
 FIXED_DTYPES: dict[str, str] = {"and": "bool"}
 FAMILIES: dict[str, tuple[str, ...]] = {
-    "matmul": ("bmm", "bmmt"), "linear": ("linear",), "elementwise": ROW_OPS,
-    "softmax": ("softmax",), "layernorm": ("ln",), "conv": ("conv",), "batchnorm": ("bn",),
-    "attention": ("sdpa",),
+    "matmul": ("bmm", "bmmt", "mmtn"), "linear": ("linear",), "elementwise": ROW_OPS,
+    "softmax": ("softmax",), "layernorm": ("ln", "rms"), "conv": ("conv",),
+    "convbackward": ("convdx", "convdw"), "batchnorm": ("bn",), "attention": ("sdpa",),
 }
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 SEED = 20250322  # fixed: the default grid must be the same on every machine
@@ -134,13 +143,14 @@ def _log_uniform(rng: np.random.Generator, lo: int, hi: int, n: int, multiple: i
 
 def default_grid(op: str, per_op: int = 200) -> list[Shape]:
     """A log-uniform sample over the shared dataset's ranges (same seed everywhere)."""
-    rng = np.random.default_rng(SEED + sum(map(ord, op)))
-    if op in ("bmm", "bmmt", "linear"):
+    # A conv's gradients sample the forward's grid (same shapes): forward and backward pair up.
+    rng = np.random.default_rng(SEED + sum(map(ord, "conv" if op in CONV_OPS else op)))
+    if op in MATMUL_OPS:
         b = [1] * per_op if op == "linear" else _log_uniform(rng, 1, 512, per_op)
         mnk = [_log_uniform(rng, 16, 8192, per_op, 16) for _ in range(3)]
         return [Shape(op, (b[i], mnk[0][i], mnk[1][i], mnk[2][i])) for i in range(per_op)]
-    if op == "conv":
-        return _conv_grid(rng, per_op)
+    if op in CONV_OPS:
+        return [Shape(op, s.dims) for s in _conv_grid(rng, per_op)]
     if op == "sdpa":
         return _attention_grid(rng, per_op)
     if op == "bn":
@@ -244,6 +254,9 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
                     "bmmt": [Shape(op, (b * heads, s, h // heads, s))],
                     "softmax": [Shape(op, (b * heads * s, s))],
                     "ln": [Shape(op, (t, h))],
+                    "rms": [Shape(op, (t, h))],
+                    # a linear's weight gradient: dY^T (out x tokens) @ X (tokens x in)
+                    "mmtn": [Shape(op, (1, o, t, i)) for i, o in _projections(h, ffn)],
                     # the masks act on the attention scores; a cast on the hidden states
                     **{m: [Shape(op, (b * heads * s, s))] for m in MASK_OPS if m != "cast"},
                     "cast": [Shape(op, (t, h))],

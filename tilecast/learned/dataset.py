@@ -35,11 +35,15 @@ from .tiles import parse_tile
 ELEMENTWISE_OPS: dict[str, tuple[int, float]] = {
     "add": (3, 1), "addu": (2, 1), "mul": (3, 1), "mulu": (2, 1), "div": (3, 1),
     "divu": (2, 1), "pow": (3, 3), "powu": (2, 3), "relu": (2, 1), "gelu": (2, 5),
-    "tanh": (2, 1),
+    "tanh": (2, 1), "silu": (2, 4),  # x sigmoid(x): sigmoid 3 (costs/elementwise.py), mul 1
 }
 SOFTMAX_FLOPS_PER_ELEMENT = 5  # max, subtract, exp, sum, divide
 LAYERNORM_FLOPS_PER_ELEMENT = 8  # mean 1, variance 3, normalize 2, affine 2
-FAMILY_OF_OP = {"bmm": "matmul", "linear": "matmul", "softmax": "softmax", "ln": "layernorm",
+RMSNORM_FLOPS_PER_ELEMENT = 4  # sum of squares 2, multiply by 1/rms 1, gain 1
+# ``mmtn`` (tilecast collect): a linear's weight gradient dY^T X, costed as the analyzer's dB.
+# ``rms``: RMS norm, a layer-norm kernel without the mean and the shift.
+FAMILY_OF_OP = {"bmm": "matmul", "linear": "matmul", "mmtn": "matmul", "softmax": "softmax",
+                "ln": "layernorm", "rms": "layernorm",
                 **{op: "elementwise" for op in ELEMENTWISE_OPS}}
 # eval/<file>.csv -> the op family it holds (elem.csv mixes elementwise ops, named per row).
 EVAL_FILES = ("bmm", "linear", "elem", "softmax", "ln")
@@ -137,7 +141,7 @@ def split_k_of_row(op: str, dims: tuple[int, int, int, int], r: dict[str, str]) 
 
 def _costs(op: str, r: dict[str, str]) -> tuple[int, ...]:
     """(b, m, n, k, rows, cols, elements) of one CSV row."""
-    if op in ("bmm", "linear"):
+    if FAMILY_OF_OP[op] == "matmul":
         b, m, n, k = matmul_dims_of_row(r)
         return b, m, n, k, 0, 0, b * m * n
     rows, cols = max(_int(r, "B"), 1), max(_int(r, "H"), 1)
@@ -146,7 +150,7 @@ def _costs(op: str, r: dict[str, str]) -> tuple[int, ...]:
 
 def _flops_bytes(op: str, dims: tuple[int, ...], itemsize: float) -> tuple[float, float]:
     b, m, n, k, rows, cols, elements = dims
-    if op == "bmm":
+    if op in ("bmm", "mmtn"):
         return 2.0 * b * m * n * k, itemsize * b * (m * k + k * n + m * n)
     if op == "linear":  # y = x W^T + bias: x (m, k), W (n, k), bias (n), y (m, n)
         return 2.0 * m * n * k + m * n, itemsize * (m * k + n * k + m * n + n)
@@ -154,6 +158,8 @@ def _flops_bytes(op: str, dims: tuple[int, ...], itemsize: float) -> tuple[float
         return SOFTMAX_FLOPS_PER_ELEMENT * elements, itemsize * 2.0 * elements
     if op == "ln":  # x in, y out, gamma and beta
         return LAYERNORM_FLOPS_PER_ELEMENT * elements, itemsize * (2.0 * elements + 2 * cols)
+    if op == "rms":  # x in, y out, the gain
+        return RMSNORM_FLOPS_PER_ELEMENT * elements, itemsize * (2.0 * elements + cols)
     operands, flops = ELEMENTWISE_OPS[op]
     return flops * elements, itemsize * operands * elements
 

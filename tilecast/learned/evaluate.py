@@ -25,12 +25,15 @@ from .dataset import KernelSamples, load_kernels
 from .prepare import DeviceLookup, default_lookup
 
 # Report family of a sample: bmm.csv -> "matmul", linear.csv -> "linear".
-REPORT_FAMILY = {"bmm": "matmul", "linear": "linear", "softmax": "softmax", "ln": "layernorm"}
+REPORT_FAMILY = {"bmm": "matmul", "mmtn": "matmul", "linear": "linear", "softmax": "softmax",
+                 "ln": "layernorm", "rms": "layernorm"}
 FAMILY_ORDER = ("matmul", "linear", "elementwise", "softmax", "layernorm")
 PREDICTORS = ("tilecast", "roofline", "direct")
 # Leave-one-GPU-out column: tilecast on the left-out GPU's held-out shapes only (cv.py).
 SHAPES = "shapes"
-_OP_TYPE = {"bmm": "MatMul", "linear": "Gemm", "softmax": "Softmax", "ln": "LayerNormalization"}
+# mmtn: the op_type of the analyzer's weight-gradient kernel (analyzer/training.py).
+_OP_TYPE = {"bmm": "MatMul", "linear": "Gemm", "mmtn": "MatMulGrad", "softmax": "Softmax",
+            "ln": "LayerNormalization", "rms": "RMSNormalization", "silu": "Silu"}
 _COST_FAMILY = {"matmul": "matmul", "elementwise": "elementwise", "softmax": "softmax",
                 "layernorm": "normalization"}
 
@@ -56,7 +59,8 @@ def to_kernels(s: KernelSamples) -> list[Kernel]:
     out = []
     for i in range(len(s)):
         op, fam = s.op[i], s.family[i]
-        mm = MatmulDims(int(s.b[i]), int(s.m[i]), int(s.n[i]), int(s.k[i]), op == "bmm") \
+        batched = op == "bmm" or (op == "mmtn" and s.b[i] > 1)
+        mm = MatmulDims(int(s.b[i]), int(s.m[i]), int(s.n[i]), int(s.k[i]), batched) \
             if fam == "matmul" else None
         rows = RowDims(int(s.rows[i]), int(s.cols[i])) if fam in ("softmax", "layernorm") \
             else None
