@@ -6,7 +6,10 @@ None of these rows trained the shipped predictor, so every row is unseen: the ta
 tilecast and the roofline per family x dtype (MAPE, the median forecast / measured ratio, the
 share of kernels forecast within 1.25x and off by more than 2x). With ``--repeat`` (the same
 shapes measured again on a fresh machine), it first prints the run-to-run spread: the floor
-any model's error sits on.
+any model's error sits on. A training step's kernels have rows of their own: a linear's
+weight gradient, RMS norm, SiLU, and a conv's data and weight gradients forecast as a
+training step costs them (``--grad-kernel-time`` scores those against their profiled GPU
+time: an event-timed ``convolution_backward`` also holds cuDNN's host work).
 """
 
 from __future__ import annotations

@@ -84,6 +84,25 @@ def training_plan() -> list[Shape]:
     return _shuffled(resnet) + _shuffled(grid)
 
 
+def conv_gemm_plan(root: Path) -> list[Shape]:
+    """The plain GEMM of each dense bf16 conv already measured here: ``Linear(C R S -> K)`` on
+    N P Q rows, the implicit GEMM's dims. Paired with its conv row, it says how much of the
+    conv's time is its GEMM and how much cuDNN's gather and layout add."""
+    import csv
+
+    out = []
+    with (root / "kernels" / "nvidia" / "train" / "conv" / "NVIDIA_H100_80GB_HBM3.csv").open(
+            newline="") as fh:
+        for r in csv.DictReader(fh):
+            n, c, k, rr, h, st, pad, g = (int(r[x]) for x in (
+                "B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
+                "Padding", "Groups"))
+            p = (h + 2 * pad - rr) // st + 1
+            if g == 1 and r["dtype"] == "bf16" and float(r["Latency"]) >= 0.05:
+                out.append(Shape("linear", (1, n * p * p, c * rr * rr, k)))
+    return _shuffled(out)
+
+
 def llama_rows_plan() -> list[Shape]:
     """The row kernels of a Llama layer beside the layer norm and GELU the rows phase has."""
     zoo = sorted(ZOO_DIR.glob("*.json"))
@@ -306,6 +325,9 @@ def main() -> None:
         # stop 48's lease: training kernels and a Llama layer's rows
         "training": lambda: kernels(a.out, "training bf16", training_plan(), ("bf16",),
                                     150 * s, dev),
+        "conv-gemms": lambda: kernels(a.out, "conv gemms bf16", conv_gemm_plan(
+            ROOT / "datasets" / "h100-sxm5-80gb"),
+                                      ("bf16",), 90 * s, dev),
         "llama-rows": lambda: kernels(a.out, "llama rows bf16", llama_rows_plan(), ("bf16",),
                                       45 * s, dev),
         "rows2": lambda: kernels(a.out, "rows bf16 (grid 2)", _shuffled(

@@ -28,7 +28,8 @@ def test_plans_hold_valid_shapes() -> None:
 
     shapes = [*plan.matmul_plan(), *plan.conv_plan(), *plan.rows_plan(),
               *plan.decode_linears(), *plan.alignment_plan(), *plan.training_plan(),
-              *plan.llama_rows_plan()]
+              *plan.llama_rows_plan(),
+              *plan.conv_gemm_plan(ROOT / "datasets" / "h100-sxm5-80gb")]
     assert all(len(s.dims) == len(OP_DIMS[s.op]) for s in shapes)
     assert all(d > 0 for s in shapes for d in s.dims[:4])
     heads = {s.dims[3] for s in plan.alignment_plan() if s.op == "linear"}  # K: out features
