@@ -113,35 +113,28 @@ def conv_grad_rows(root: Path, truth: str = "Latency",
     own time; rows without it are left out)."""
     import csv
 
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     import tilecast
     from tilecast.learned.dataset import COLLECT_DTYPES
 
-    rows, nodes, inputs, outputs, inits, device = [], [], [], [], [], None
+    rows, parts, device = [], ([], [], [], []), None  # parts: inputs, outputs, inits, nodes
     for op, grad in (("convdx", "dX"), ("convdw", "dW")):
         for path in sorted((root / "kernels" / "nvidia" / "train" / op).glob("*.csv")):
             for r in csv.DictReader(path.open()):
-                n, c, k, rr, h, st, pad, g = _conv_row(r)
-                i, dt = len(rows), COLLECT_DTYPES.get(r["dtype"], r["dtype"])
-                elem, np_dt = _ONNX_TYPES[dt], np.float16  # initializer values are not read
-                p = (h + 2 * pad - rr) // st + 1
-                inputs.append(helper.make_tensor_value_info(f"x{i}", elem, [n, c, h, h]))
-                outputs.append(helper.make_tensor_value_info(f"y{i}", elem, [n, k, p, p]))
-                inits += [_init(numpy_helper, np.zeros((c, 1, 1), np_dt), f"s{i}", elem),
-                          _init(numpy_helper, np.zeros((k, c // g, rr, rr), np_dt), f"w{i}",
-                                elem)]
-                nodes += [helper.make_node("PRelu", [f"x{i}", f"s{i}"], [f"a{i}"], f"pre{i}"),
-                          helper.make_node("Conv", [f"a{i}", f"w{i}"], [f"y{i}"], f"conv{i}",
-                                           group=g, strides=[st, st], pads=[pad] * 4)]
+                dims, dt = _conv_row(r), COLLECT_DTYPES.get(r["dtype"], r["dtype"])
+                for part, new in zip(parts, _grad_graph(len(rows), dims, dt), strict=True):
+                    part.extend(new)
+                c, g = dims[1], dims[7]
                 kind = "dense" if g == 1 else "depthwise" if g == c else "grouped"
                 kind += " C<8" if c < 8 else ""
                 layout = " NHWC" if int(r["Channels_Last"]) else ""
-                rows.append((f"conv {grad} {kind}{layout}", dt, _conv_row(r),
+                rows.append((f"conv {grad} {kind}{layout}", dt, dims,
                              float(r.get(truth) or "nan"), grad))
                 device = r["Device"].strip()
     if not rows:
         return []
+    inputs, outputs, inits, nodes = parts
     model = helper.make_model(helper.make_graph(nodes, "grads", inputs, outputs, inits),
                               opset_imports=[helper.make_opsetid("", 17)])
     dev = default_lookup(device)
@@ -163,10 +156,24 @@ def conv_grads(root: Path, truth: str = "Latency",
     return [(name, dt, *np.array(v).T) for (name, dt), v in sorted(groups.items())]
 
 
-def _init(numpy_helper, values: np.ndarray, name: str, elem: int):
-    t = numpy_helper.from_array(values, name)
-    t.data_type = elem  # bf16 shares fp16's two bytes; only the shape and type are read
-    return t
+def _grad_graph(i: int, dims: tuple[int, ...], dtype: str) -> tuple[list, list, list, list]:
+    """(inputs, outputs, initializers, nodes) of row ``i``: x -> PRelu -> Conv -> y."""
+    from onnx import helper, numpy_helper
+
+    n, c, k, rr, h, st, pad, g = dims
+    elem, p = _ONNX_TYPES[dtype], (h + 2 * pad - rr) // st + 1
+
+    def init(shape: tuple[int, ...], name: str):
+        t = numpy_helper.from_array(np.zeros(shape, np.float16), name)
+        t.data_type = elem  # bf16 shares fp16's two bytes; only the shape and type are read
+        return t
+
+    return ([helper.make_tensor_value_info(f"x{i}", elem, [n, c, h, h])],
+            [helper.make_tensor_value_info(f"y{i}", elem, [n, k, p, p])],
+            [init((c, 1, 1), f"s{i}"), init((k, c // g, rr, rr), f"w{i}")],
+            [helper.make_node("PRelu", [f"x{i}", f"s{i}"], [f"a{i}"], f"pre{i}"),
+             helper.make_node("Conv", [f"a{i}", f"w{i}"], [f"y{i}"], f"conv{i}", group=g,
+                              strides=[st, st], pads=[pad] * 4)])
 
 
 def scored(root: Path, conv_grad_truth: str = "Latency",
