@@ -57,3 +57,30 @@ def test_the_backward_costs_about_twice_the_forward(device: str) -> None:
     fwd, grads = _grads(CONV, device, predictor="learned")
     ratio = sum(k.latency_ms for k in grads.values()) / fwd.latency_ms
     assert 1.5 < ratio < 4.0
+
+
+BIASED = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float16[8, 16, 56, 56] x) => (float16[8, 64, 56, 56] y)
+  <float16[16, 16, 1, 1] v = {0}, float16[64, 16, 1, 1] w = {0}, float16[64] b = {0}> {
+  h = Conv(x, v)
+  y = Conv(h, w, b)
+}"""
+
+
+def test_a_bias_is_no_step_of_the_gradients_reduction() -> None:
+    # a 1x1 conv 16 -> 64 with a bias: forward 2 x 8 x 56^2 x 64 x 16 MACs + 8 x 64 x 56^2
+    # bias adds. dX (8 x 56^2) x 16 reduces over exactly K = 64 (it read 66 when the bias was
+    # taken for multiply-adds) and does the MACs only; a pointwise dX, like its forward, runs
+    # on NCHW as it stands: no layout transposes on the H100.
+    fwd, grads = _grads(BIASED, "h100-sxm5-80gb", predictor="learned")
+    macs = 8 * 56 * 56 * 64 * 16
+    dx, dw = grads["dX"].kernel.cost, grads["dW"].kernel.cost
+    assert (dx.matmul.m, dx.matmul.n, dx.matmul.k) == (8 * 56 * 56, 16, 64)
+    assert fwd.kernel.cost.flops == 2 * macs + 8 * 64 * 56 * 56
+    assert dx.flops == dw.flops == 2 * macs
+    from tilecast.device_db import load_device
+    from tilecast.learned.predictor import default_predictor
+
+    p = default_predictor().predict([grads["dX"].kernel], load_device("h100-sxm5-80gb"))[0]
+    assert p.layout_ms == 0.0

@@ -87,13 +87,22 @@ def _conv_grad_gemms(c: OpCost) -> tuple[MatmulDims | None, MatmulDims | None]:
     dX (N, C, H, W) is an (N H W) x C output reducing over K R S (strides folded in, so that
     2 m n k is the forward's FLOPs); dW (K, C, R, S) a K x (C R S) output reducing over the
     N P Q output pixels. Grouped convs keep the memory-bound rule (None): a depthwise group's
-    GEMM is one channel wide."""
-    g = c.conv
-    if g is None or g.groups != 1 or c.flops <= 0:
+    GEMM is one channel wide. The forward's multiply-adds are read from its GEMM, not its
+    FLOPs: those hold the bias add, which no gradient GEMM does (it was read as two more
+    steps of a 1x1 conv's reduction, so that its dX lost the shape of a pointwise GEMM)."""
+    g, d = c.conv, c.matmul
+    if g is None or d is None or g.groups != 1 or c.flops <= 0:
         return None, None
     m = g.n * g.h * g.w
-    dx = MatmulDims(1, m, g.c, max(1, round(c.flops / (2 * m * g.c))))
+    dx = MatmulDims(1, m, g.c, max(1, round(d.b * d.m * d.n * d.k / (m * g.c))))
     return dx, MatmulDims(1, g.k, g.c * g.r * g.s, g.n * g.p * g.q)
+
+
+def _grad_flops(c: OpCost) -> int:
+    """A conv gradient's FLOPs: the forward's multiply-adds (its GEMM, without the bias add:
+    the bias's gradient is its own reduction, ``dB``)."""
+    d = c.matmul
+    return 2 * d.b * d.m * d.n * d.k if d is not None else c.flops
 
 
 def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
@@ -103,11 +112,12 @@ def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     # dX is a transposed convolution and dW a convolution of X with dY: each does exactly the
     # forward's multiply-adds.
     dx, dw = _conv_grad_gemms(c)
+    flops = _grad_flops(c)
     if x is not None and x.name in need:
-        out.append(("dX", OpCost("conv", c.flops, _nb(y) + _nb(w) + _nb(x), c.dtype, "matrix",
+        out.append(("dX", OpCost("conv", flops, _nb(y) + _nb(w) + _nb(x), c.dtype, "matrix",
                                  matmul=dx, elements=x.numel)))
     if w is not None and w.name in need:
-        out.append(("dW", OpCost("conv", c.flops, _nb(x) + _nb(y) + _nb(w), c.dtype, "matrix",
+        out.append(("dW", OpCost("conv", flops, _nb(x) + _nb(y) + _nb(w), c.dtype, "matrix",
                                  matmul=dw, elements=w.numel)))
     bias = node.input(2)
     if bias is not None and bias.name in need:
