@@ -219,3 +219,12 @@ def test_pointwise_conv_gradients_run_on_nchw(which: str) -> None:
     p = default_predictor().predict([_grad(128, 64, 256, 56, 1, which)],
                                     load_device("h100-sxm5-80gb"))[0]
     assert p.layout_ms == 0.0
+
+
+def test_a_conv_bound_by_its_layout_transposes_reads_memory_bound() -> None:
+    # a 3 -> 16 channel 3x3 on 64 x 112^2 in bf16: X 4.8 MB and Y 25.7 MB transposed in and
+    # out (61 MB) against 1.4 GFLOP: the transposes outweigh the GEMM's compute, its streaming
+    # and the fixed part, and they stream bytes (it was labelled "overhead": the transposes
+    # were in neither term the label compares with the fixed part)
+    p = default_predictor().predict([_conv(64, 3, 16, 112, 3)], load_device("h100-sxm5-80gb"))[0]
+    assert p.layout_ms > p.fixed_ms and p.bound == "memory"

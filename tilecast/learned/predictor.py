@@ -161,7 +161,8 @@ class OnnxPredictor:
             np.logical_or.at(clamped, p.kernel, at_floor)
             tiles[p.kernel[p.primary]] = tile[p.primary]
         fixed = np.maximum(acc["fixed"], acc["latency"] - acc["gpu"] + acc["fixed"])
-        bound = bounds(acc["compute"], acc["memory"], fixed)
+        # cuDNN's layout transposes stream bytes: they count with the memory term.
+        bound = bounds(acc["compute"], acc["memory"] + acc["layout"], fixed)
         extrapolated = self._extrapolated(routed, feats, device)
         return [Prediction(latency_ms=lat, bound=b, tile=t, extrapolated=e, gpu_ms=g,
                            clamped=c, host_ms=h, fixed_ms=fx, layout_ms=lay)
