@@ -119,7 +119,7 @@ def test_nchw_conv_gradients_transpose_as_the_forward_does() -> None:
 def test_conv_weight_gradients_pay_their_layout_transposes() -> None:
     # against the profiled kernels' GPU time (an event-timed convolution_backward call also
     # holds 50-100 us of cuDNN's host work): dense NCHW weight gradients of 0.1 ms and
-    # longer were forecast 0.68x before their transposes were charged, 0.84x since
+    # longer were forecast 0.68x before their transposes were charged, 0.85x since
     from collected_accuracy import conv_grads
 
     got = {name: (truth, tc) for name, dt, truth, tc, _ in conv_grads(DATA, "Kernels GPU ms")}

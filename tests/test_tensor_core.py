@@ -202,8 +202,8 @@ def _grad(n: int, c: int, k: int, size: int, r: int, which: str) -> Kernel:
 def test_nchw_conv_gradients_pay_their_layout_transposes(which: str) -> None:
     # 128 x 64 x 56 x 56, 3x3 to 64 channels: X and dY are 51.4 MB each. On the H100 45 of 45
     # such NCHW data gradients and 42 of 45 weight gradients transpose X / dY in (stop 48's
-    # lease). dW's n x k operand is X's im2col (9 x 51.4 MB), which is no tensor: the
-    # activations are X and dY, 2 x (51.4 + 51.4) MB streamed besides the GEMM.
+    # lease). dW's n x k operand is X's im2col (9 x 51.4 MB), which is no tensor: what moves
+    # is X, dY and W (74 kB), at least 2 x (51.4 + 51.4) MB streamed besides the GEMM.
     h100 = load_device("h100-sxm5-80gb")
     pred = default_predictor()
     p = pred.predict([_grad(128, 64, 64, 56, 3, which)], h100)[0]
@@ -228,3 +228,14 @@ def test_a_conv_bound_by_its_layout_transposes_reads_memory_bound() -> None:
     # were in neither term the label compares with the fixed part)
     p = default_predictor().predict([_conv(64, 3, 16, 112, 3)], load_device("h100-sxm5-80gb"))[0]
     assert p.layout_ms > p.fixed_ms and p.bound == "memory"
+
+
+@pytest.mark.parametrize("which", ["dX", "dW"])
+def test_conv_gradients_grow_with_their_output_channels(which: str) -> None:
+    # 3x3 on 32 x 16 x 56 x 56, K = 16 ... 512 output channels: more work, never less time.
+    # (A rule that read a weight gradient's activations by comparing X's im2col with the
+    # bytes flipped to the forward's reading at K = 8 C and dropped the transposes.)
+    h100 = load_device("h100-sxm5-80gb")
+    lat = [p.gpu_ms for p in default_predictor().predict(
+        [_grad(32, 16, k, 56, 3, which) for k in (16, 32, 64, 96, 128, 192, 256, 512)], h100)]
+    assert lat == sorted(lat)

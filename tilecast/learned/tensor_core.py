@@ -64,31 +64,27 @@ def nchw_transpose_bytes(p: Parts, mask: np.ndarray, conv: np.ndarray,
     k = C R S). The matrix-unit kernels run on NHWC: a bf16 NCHW conv on an H100 launches
     ``nchwToNhwcKernel`` for X and W before the GEMM and ``nhwcToNchwKernel`` for Y after it
     (datasets/h100-sxm5-80gb: 186 of 221 NCHW rows that are not 1x1 stride 1, and every
-    3x3 and strided conv of ResNet-50's batch-1 trace; no channels-last row). A 1x1 stride-1
-    conv is a GEMM on NCHW as it stands (Y_n = W X_n) and runs without them (40 of 44 rows):
-    it is the conv whose X holds exactly m k elements (each output pixel reads its own input
-    pixel once; the conv's bytes may hold a bias of n elements besides X, W and Y). X and Y
-    are each read and written once more, as ``conv.algorithm_work`` counts them for the conv
-    model; W is small beside them. An ONNX Conv is NCHW. NVIDIA only: no AMD 16-bit conv was
-    measured. A compiled runtime picks NHWC and runs none (``runtime._graph``).
+    3x3 and strided conv of ResNet-50's batch-1 trace; no channels-last row): each of its
+    tensors is read and written once more, ``2 x bytes``. A training step's gradients run the
+    same way (stop 48's lease, NCHW dense rows that are not 1x1 stride 1: 45 of 45 data
+    gradients transpose dY and W in and dX out, 42 of 45 weight gradients X and dY in and dW
+    out), so the rule needs no telling which operand is the weight. (Until stop 48 it
+    counted X and Y only, "W is small beside them"; at batch 1 W is the largest of the
+    three, and a weight gradient's n x k operand, X's im2col, is no tensor at all.)
 
-    A training step's gradients run the same way (stop 48's lease, NCHW dense rows that are
-    not 1x1 stride 1: 45 of 45 data gradients and 42 of 45 weight gradients transpose). The
-    data gradient's GEMM (m = N H W, n = C, k = K R S) reads like a forward: dY in, dX out,
-    W = n k. The weight gradient's (m = K, n = C R S, k = N P Q) reduces over the pixels
-    into W = m n: its n x k operand is X's im2col, no tensor in memory, and larger than all
-    of the kernel's bytes but W; its transposed activations are then X and dY, every byte
-    but its output."""
+    A 1x1 stride-1 conv is a GEMM on NCHW as it stands (Y_n = W X_n) and runs without them
+    (40 of 44 forward rows; 18 of 22 data and 15 of 22 weight gradients): it is the conv
+    whose activation besides the output holds exactly m k elements (forward: X; data
+    gradient: dY; weight gradient: dY, with X the n x k operand), the conv's bytes holding X,
+    W and Y and maybe a bias of n elements. An ONNX Conv is NCHW. NVIDIA only: no AMD 16-bit
+    conv was measured. A compiled runtime picks NHWC and runs none (``runtime._graph``)."""
     if vendor != "nvidia":
         return np.zeros(int(mask.sum()))
     itemsize, nbytes = p.itemsize[mask], p.bytes[mask]
     y = itemsize * p.m[mask] * p.n[mask]
-    b_operand = itemsize * p.n[mask] * p.k[mask]
-    x = np.maximum(nbytes - b_operand - y, 0.0)
+    x = np.maximum(nbytes - itemsize * p.n[mask] * p.k[mask] - y, 0.0)
     pointwise = np.abs(x - itemsize * p.m[mask] * p.k[mask]) <= itemsize * p.n[mask]
-    wgrad = b_operand > nbytes - y
-    return np.where(conv & wgrad, 2.0 * (nbytes - y),
-                    np.where(conv & ~pointwise, 2.0 * (x + y), 0.0))
+    return np.where(conv & ~pointwise, 2.0 * nbytes, 0.0)
 
 
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
