@@ -115,6 +115,29 @@ def test_malformed_shapes_row_names_the_line(tmp_path):
     assert r.exit_code != 0 and "s.csv:3" in r.output
 
 
+@pytest.mark.parametrize("row, message", [
+    # a 1x1 conv has no padding, channels-last and causal are flags: 0 is a value for them
+    ("conv,1,4,4,1,8,1,0", None),
+    ("convdw,2,4,8,1,8,2,0,1,1", None),
+    ("sdpa,1,2,64,16,0", None),
+    ("linear,1,8,0,4", "linear N must be positive, got 0"),  # every matmul dim is checked
+    ("bn,1,0,8", "bn Channels must be positive, got 0"),
+    ("conv,1,4,4,3,8,1,-1", "conv Padding must be 0 or more, got -1"),
+    ("conv,1,4,4,3,8,1,1,1,2", "conv Channels_Last must be 0 or 1, got 2"),
+    ("sdpa,1,2,64,16,3", "sdpa Causal must be 0 or 1, got 3"),
+    ("rms,4", "rms needs 2 dims"),
+])
+def test_shapes_file_dims_are_checked_by_name(tmp_path, row, message):
+    path = tmp_path / "s.csv"
+    path.write_text(row + "\n")
+    ops = parse_ops(row.split(",")[0])
+    if message is None:
+        assert len(read_shapes_file(path, ops)) == 1
+    else:
+        with pytest.raises(ConfigError, match=f"s.csv:1: {message}"):
+            read_shapes_file(path, ops)
+
+
 def test_unwritable_output_folder(tmp_path, shapes_file):
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")

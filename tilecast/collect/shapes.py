@@ -128,12 +128,32 @@ def read_shapes_file(path: Path, ops: tuple[str, ...]) -> list[Shape]:
             optional = OPTIONAL_DIMS.get(op, ())
             if len(want) - len(optional) <= len(dims) < len(want):
                 dims += optional[len(dims) - len(want):]
-            if len(dims) != len(want) or any(d <= 0 for d in dims[: len(want) - 2 or None]):
-                raise ConfigError(f"{path}:{lineno}: {op} needs {len(want)} positive dims "
+            if len(dims) != len(want):
+                raise ConfigError(f"{path}:{lineno}: {op} needs {len(want)} dims "
                                   f"({', '.join(want)}), got {len(dims)}")
+            bad = _bad_dim(dict(zip(want, dims, strict=True)))
+            if bad:
+                raise ConfigError(f"{path}:{lineno}: {op} {bad}")
             if op in ops:
                 shapes.append(Shape(op, dims))
     return shapes
+
+
+# Dims that may be 0 (a 1x1 conv has no padding) and flags that are 0 or 1; all others > 0.
+ZERO_DIMS = ("Padding",)
+FLAG_DIMS = ("Channels_Last", "Causal")
+
+
+def _bad_dim(named: dict[str, int]) -> str | None:
+    """What is wrong with one row's dims, naming the dim; None when they are valid."""
+    for name, value in named.items():
+        if name in FLAG_DIMS and value not in (0, 1):
+            return f"{name} must be 0 or 1, got {value}"
+        if name in ZERO_DIMS and value < 0:
+            return f"{name} must be 0 or more, got {value}"
+        if name not in FLAG_DIMS + ZERO_DIMS and value <= 0:
+            return f"{name} must be positive, got {value}"
+    return None
 
 
 def _log_uniform(rng: np.random.Generator, lo: int, hi: int, n: int, multiple: int = 1):
