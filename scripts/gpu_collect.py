@@ -103,6 +103,17 @@ def conv_gemm_plan(root: Path) -> list[Shape]:
     return _shuffled(out)
 
 
+def bn_training_plan() -> list[Shape]:
+    """A training step's batch norms: ResNet-50's (the channels and size after each of its
+    convs) at batch 32 and 128 in both layouts, forward on batch statistics and backward,
+    then a grid. Measured in bf16 and fp16: PyTorch hands fp16 batch norm to cuDNN and runs
+    bf16 in its own one-block-per-channel kernels (docs/accuracy.md)."""
+    resnet = {(k, h // s) for _, k, _, h, s in RESNET_CONVS}
+    lead = [Shape(op, (b, c, h, last)) for op in ("bnfw", "bnbw") for b in (32, 128)
+            for c, h in sorted(resnet) for last in (0, 1)]
+    return _shuffled(lead) + _shuffled([*default_grid("bnfw", 60), *default_grid("bnbw", 60)])
+
+
 def llama_rows_plan() -> list[Shape]:
     """The row kernels of a Llama layer beside the layer norm and GELU the rows phase has."""
     zoo = sorted(ZOO_DIR.glob("*.json"))
@@ -328,6 +339,8 @@ def main() -> None:
         "conv-gemms": lambda: kernels(a.out, "conv gemms bf16", conv_gemm_plan(
             ROOT / "datasets" / "h100-sxm5-80gb"),
                                       ("bf16",), 90 * s, dev),
+        "bn-training": lambda: kernels(a.out, "batch norm training", bn_training_plan(),
+                                       ("bf16", "fp16"), 90 * s, dev),
         "llama-rows": lambda: kernels(a.out, "llama rows bf16", llama_rows_plan(), ("bf16",),
                                       45 * s, dev),
         "rows2": lambda: kernels(a.out, "rows bf16 (grid 2)", _shuffled(

@@ -357,6 +357,14 @@ def test_training_and_llama_ops_compute_what_they_name():
         assert dx is None and tuple(dw.shape) == (16, 8, 3, 3)
     assert build(Shape("rms", (4, 8)), "bf16", cpu)().shape == (4, 8)
     assert build(Shape("silu", (4, 8)), "bf16", cpu)().dtype == torch.bfloat16
+    # batch norm on batch statistics, 2 images of 8 channels of 6 x 6, and its backward:
+    # dX, dgamma, dbeta; channels-last stays channels-last
+    for last in (0, 1):
+        y = build(Shape("bnfw", (2, 8, 6, last)), "bf16", cpu)()
+        assert y.shape == (2, 8, 6, 6) and y.is_contiguous(
+            memory_format=torch.channels_last if last else torch.contiguous_format)
+        dx, dg, db = build(Shape("bnbw", (2, 8, 6, last)), "bf16", cpu)()
+        assert (dx.shape, dg.shape, db.shape) == ((2, 8, 6, 6), (8,), (8,))
 
 
 def test_conv_gradients_pair_with_the_forward_grid():

@@ -24,13 +24,13 @@ def test_plans_hold_valid_shapes() -> None:
     sys.path.insert(0, str(SCRIPT.parent))
     import gpu_collect as plan
 
-    from tilecast.collect.shapes import OP_DIMS
+    from tilecast.collect.shapes import OP_DIMS, bad_dim
 
     shapes = [*plan.matmul_plan(), *plan.conv_plan(), *plan.rows_plan(),
               *plan.decode_linears(), *plan.alignment_plan(), *plan.training_plan(),
-              *plan.llama_rows_plan(),
+              *plan.llama_rows_plan(), *plan.bn_training_plan(),
               *plan.conv_gemm_plan(ROOT / "datasets" / "h100-sxm5-80gb")]
     assert all(len(s.dims) == len(OP_DIMS[s.op]) for s in shapes)
-    assert all(d > 0 for s in shapes for d in s.dims[:4])
+    assert [s for s in shapes if bad_dim(s.named)] == []  # the shapes file's own check
     heads = {s.dims[3] for s in plan.alignment_plan() if s.op == "linear"}  # K: out features
     assert {50257, 50264, 30522, 30528} <= heads  # unaligned vocabularies and their twins

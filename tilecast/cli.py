@@ -285,7 +285,8 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
     shared dataset's schema plus dtype and SM clock columns. Beyond the shared ops it
     measures attention's Q K^T as eager PyTorch runs it (bmmt), broadcast masks (addb,
     whereb, maxt), bool and, casts, RMS norm (rms), SiLU, and a training step's gradients:
-    a linear's dY^T X (mmtn) and a conv's dX / dW (convdx, convdw; family convbackward).
+    a linear's dY^T X (mmtn), a conv's dX / dW (convdx, convdw; family convbackward), and
+    batch norm's training forward and backward (bnfw, bnbw; family batchnormtraining).
     Interrupt and rerun: done rows are skipped.
 
     \b

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .shapes import CONV_OPS, FIXED_DTYPES, MASK_OPS, MATMUL_OPS, Shape
+from .shapes import BN_TRAIN_OPS, CONV_OPS, FIXED_DTYPES, MASK_OPS, MATMUL_OPS, Shape
 from .timing import Timing, sm_clock_mhz, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
@@ -108,6 +108,8 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
         stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
         return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
+    if shape.op in BN_TRAIN_OPS:
+        return _bn_training(shape.op, d, dt, device)
     if shape.op in MASK_OPS:
         return _mask_op(shape.op, d, dt, device)
     x = _rand((d["B"], d["H"]), dt, device)
@@ -145,6 +147,23 @@ def _conv(op: str, d: dict[str, int], dt: torch.dtype, device) -> Callable[[], o
         dy, x, w, None, stride, pad, [1, 1], False, [0, 0], g, mask)
 
 
+def _bn_training(op: str, d: dict[str, int], dt: torch.dtype, device) -> Callable[[], object]:
+    """Batch norm on batch statistics (``bnfw``), or autograd's backward of it (``bnbw``: dX,
+    dgamma and dbeta), in the model's dtype and layout, as a training step runs them."""
+    fmt = torch.channels_last if d["Channels_Last"] else torch.contiguous_format
+    x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
+    x = x.to(memory_format=fmt)
+    # a model cast to the dtype (as tilecast's bf16 labels are): running statistics too
+    mean, var, w, b = (_rand((d["Channels"],), dt, device) for _ in range(4))
+    if op == "bnfw":
+        return lambda: F.batch_norm(x, mean, var, w, b, training=True)
+    x, w, b = (t.requires_grad_() for t in (x, w, b))
+    with torch.enable_grad():
+        y = F.batch_norm(x, mean, var, w, b, training=True)
+    dy = torch.ones_like(y)
+    return lambda: torch.autograd.grad(y, (x, w, b), dy, retain_graph=True)
+
+
 def input_bytes(shape: Shape, dtype: str) -> int:
     size = 1 if dtype in ("fp8", "bool") else 2 if dtype in ("fp16", "bf16") else 4
     d = shape.named
@@ -155,7 +174,7 @@ def input_bytes(shape: Shape, dtype: str) -> int:
         return size * (img * (d["Input_Channel"] + d["Output_Channel"])
                        + d["Output_Channel"] * d["Input_Channel"] // d["Groups"]
                        * d["Kernel_Szie"] ** 2)
-    if shape.op == "bn":
+    if shape.op == "bn" or shape.op in BN_TRAIN_OPS:
         return size * 2 * d["B"] * d["Channels"] * d["Input_Size"] ** 2
     if shape.op == "sdpa":  # Q, K, V and the output
         return size * 4 * d["B"] * d["Heads"] * d["Seq"] * d["Head_Dim"]

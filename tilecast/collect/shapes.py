@@ -25,7 +25,10 @@ A Llama layer's and a training step's kernels: ``rms`` (RMS norm, ``B, H`` rows 
 gain), ``silu``; ``mmtn``, the weight gradient of a linear layer as autograd runs it
 (``dY^T @ X``: the first operand stored (B, N, M) and read transposed; same ``B, M, N, K``
 convention, N the reduction); ``convdx`` / ``convdw``, a convolution's data and weight
-gradients (``aten.convolution_backward`` for one of them, the forward's dims).
+gradients (``aten.convolution_backward`` for one of them, the forward's dims); ``bnfw`` /
+``bnbw``, batch norm's training forward (batch statistics) and its backward as autograd runs
+it, ``B, Channels, Input_Size, Channels_Last`` (PyTorch's NCHW kernels run one block per
+channel: docs/accuracy.md, "Training kernels on the H100").
 """
 
 from __future__ import annotations
@@ -44,6 +47,10 @@ ROW_DIMS = ("B", "H")
 CONV_DIMS = ("B", "Input_Channel", "Output_Channel", "Kernel_Szie", "Input_Size", "Stride",
              "Padding", "Groups", "Channels_Last")
 BN_DIMS = ("B", "Channels", "Input_Size")
+# A training step's batch norm: the forward on batch statistics (``bnfw``) and autograd's
+# backward of it (``bnbw``), in either layout (PyTorch runs other kernels for channels-last).
+BN_TRAIN_DIMS = (*BN_DIMS, "Channels_Last")
+BN_TRAIN_OPS = ("bnfw", "bnbw")
 ATTENTION_DIMS = ("B", "Heads", "Seq", "Head_Dim", "Causal")
 MATMUL_OPS = ("bmm", "bmmt", "linear", "mmtn")
 CONV_OPS = ("conv", "convdx", "convdw")
@@ -57,7 +64,7 @@ ROW_OPS = ELEMENTWISE + MASK_OPS
 OP_DIMS: dict[str, tuple[str, ...]] = {
     **{op: MATMUL_DIMS for op in MATMUL_OPS}, "softmax": ROW_DIMS, "ln": ROW_DIMS,
     "rms": ROW_DIMS, **{op: CONV_DIMS for op in CONV_OPS}, "bn": BN_DIMS,
-    "sdpa": ATTENTION_DIMS,
+    **{op: BN_TRAIN_DIMS for op in BN_TRAIN_OPS}, "sdpa": ATTENTION_DIMS,
     **{op: ROW_DIMS for op in ROW_OPS},
 }
 # Ops measured in one dtype whatever --dtype asks for (bool And: its operands are bool).
@@ -65,7 +72,8 @@ FIXED_DTYPES: dict[str, str] = {"and": "bool"}
 FAMILIES: dict[str, tuple[str, ...]] = {
     "matmul": ("bmm", "bmmt", "mmtn"), "linear": ("linear",), "elementwise": ROW_OPS,
     "softmax": ("softmax",), "layernorm": ("ln", "rms"), "conv": ("conv",),
-    "convbackward": ("convdx", "convdw"), "batchnorm": ("bn",), "attention": ("sdpa",),
+    "convbackward": ("convdx", "convdw"), "batchnorm": ("bn",),
+    "batchnormtraining": BN_TRAIN_OPS, "attention": ("sdpa",),
 }
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 SEED = 20250322  # fixed: the default grid must be the same on every machine
@@ -131,7 +139,7 @@ def read_shapes_file(path: Path, ops: tuple[str, ...]) -> list[Shape]:
             if len(dims) != len(want):
                 raise ConfigError(f"{path}:{lineno}: {op} needs {len(want)} dims "
                                   f"({', '.join(want)}), got {len(dims)}")
-            bad = _bad_dim(dict(zip(want, dims, strict=True)))
+            bad = bad_dim(dict(zip(want, dims, strict=True)))
             if bad:
                 raise ConfigError(f"{path}:{lineno}: {op} {bad}")
             if op in ops:
@@ -144,7 +152,7 @@ ZERO_DIMS = ("Padding",)
 FLAG_DIMS = ("Channels_Last", "Causal")
 
 
-def _bad_dim(named: dict[str, int]) -> str | None:
+def bad_dim(named: dict[str, int]) -> str | None:
     """What is wrong with one row's dims, naming the dim; None when they are valid."""
     for name, value in named.items():
         if name in FLAG_DIMS and value not in (0, 1):
@@ -173,6 +181,8 @@ def default_grid(op: str, per_op: int = 200) -> list[Shape]:
         return [Shape(op, s.dims) for s in _conv_grid(rng, per_op)]
     if op == "sdpa":
         return _attention_grid(rng, per_op)
+    if op in BN_TRAIN_OPS:  # the inference grid's shapes, in both layouts
+        return [Shape(op, (*s.dims, int(rng.integers(0, 2)))) for s in default_grid("bn", per_op)]
     if op == "bn":
         return [Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
                            int(rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048])),
