@@ -106,8 +106,9 @@ def conv_gemm_plan(root: Path) -> list[Shape]:
 def bn_training_plan() -> list[Shape]:
     """A training step's batch norms: ResNet-50's (the channels and size after each of its
     convs) at batch 32 and 128 in both layouts, forward on batch statistics and backward,
-    then a grid. Measured in bf16 and fp16: PyTorch hands fp16 batch norm to cuDNN and runs
-    bf16 in its own one-block-per-channel kernels (docs/accuracy.md)."""
+    then a grid. Measured in bf16 and fp16: ResNet-50's autocast step took 49.0 ms in fp16
+    and 63.7 in bf16, and bf16 ran PyTorch's one-block-per-channel kernels (docs/accuracy.md);
+    the fp16 rows' kernel names say whether fp16 runs others."""
     resnet = {(k, h // s) for _, k, _, h, s in RESNET_CONVS}
     lead = [Shape(op, (b, c, h, last)) for op in ("bnfw", "bnbw") for b in (32, 128)
             for c, h in sorted(resnet) for last in (0, 1)]
