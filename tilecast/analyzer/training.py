@@ -24,12 +24,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import replace
+from math import prod
 
 from .analysis import NodeResult
 from .graph import Graph
 from .params import batch_norm_training, check_trainable, parameters, unfold_trained
 from .registry import BACKWARD_STEPS
-from .types import Kernel, MatmulDims, NodeView, OpCost, RowDims, TensorInfo
+from .types import Kernel, MatmulDims, NativeBatchNorm, NodeView, OpCost, RowDims, TensorInfo
 
 BackwardFn = Callable[[NodeResult, set[str]], list[tuple[str, OpCost]]]
 OPTIMIZERS = ("none", "sgd", "adam")
@@ -316,10 +318,16 @@ def _batch_norm_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
         return _rows_bw(r, need)
     ch = x.shape[1] if len(x.shape) > 1 else 1
     stats = 2 * ch * STATS_BYTES
+    # PyTorch's native backward is one kernel per channel walking it twice (the reduction,
+    # then dX): one walk per kernel here (analyzer.native_bn).
+    walk = None if len(x.shape) < 3 else NativeBatchNorm(
+        x.shape[0], ch, prod(x.shape[2:]), "per_channel")
     out = [("dStats", OpCost("reduction", 4 * x.numel, _nb(x) + _nb(y) + stats, y.dtype,
-                             rows=RowDims(ch, x.numel // max(ch, 1)), elements=2 * ch))]
+                             rows=RowDims(ch, x.numel // max(ch, 1)), elements=2 * ch,
+                             native_bn=walk))]
     if x.name in need:
-        out.append(_elementwise("dX", y.dtype, 2 * _nb(y) + _nb(x) + stats, x.numel, 5))
+        dx = _elementwise("dX", y.dtype, 2 * _nb(y) + _nb(x) + stats, x.numel, 5)
+        out.append((dx[0], replace(dx[1], native_bn=walk)))
     return out
 
 

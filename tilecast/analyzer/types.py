@@ -162,6 +162,19 @@ class BroadcastReread:
 
 
 @dataclass(frozen=True)
+class NativeBatchNorm:
+    """One of PyTorch's native batch-norm kernels on an NCHW input of ``n`` images x
+    ``channels`` x ``spatial`` pixels: ``kernel`` is "transform" (the normalize pass, at
+    inference and in training) or "per_channel" (one block per channel walking all of its
+    ``n x spatial`` elements: the batch statistics, and each walk of the backward)."""
+
+    n: int
+    channels: int
+    spatial: int
+    kernel: str  # "transform" | "per_channel"
+
+
+@dataclass(frozen=True)
 class OpCost:
     """The static cost of one node (or one derived kernel).
 
@@ -191,6 +204,9 @@ class OpCost:
     # last touched a whole pass earlier, so it comes from DRAM once the pass's weights and
     # state outgrow the L2 (``learned.predictor._stream_weights``).
     state_bytes: int = 0
+    # A batch norm as PyTorch's native NCHW kernels run it (``analyzer.native_bn``): set by
+    # the cost formulas, dropped where PyTorch calls cuDNN instead.
+    native_bn: NativeBatchNorm | None = None
 
 
 @dataclass(frozen=True)

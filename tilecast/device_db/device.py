@@ -64,6 +64,10 @@ class Device:
     # Fraction of peak_tflops_fp32 that large SIMT SGEMMs (vendor BLAS) sustain: a ceiling on
     # any fp32 SIMT GEMM forecast (learned/simt.py), never a target.
     fp32_sustained_fraction: float | None = None
+    # Unloaded DRAM load-to-use latency (a pointer chase past the L2), ns: what a thread waits
+    # for a load that nothing else hides. Bounds kernels that keep one load per thread in
+    # flight (learned/latency_walk.py); None where no published measurement covers the chip.
+    dram_latency_ns: float | None = None
     # DRAM technology from the datasheet (one of MEMORY_TYPES); not a predictor feature yet
     # (docs/devices.md).
     memory_type: str | None = None

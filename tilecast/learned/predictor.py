@@ -27,6 +27,7 @@ from . import tiles as tl
 from .device_columns import uses_matrix_units
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
 from .form import Q_HOST
+from .latency_walk import hold_to_walk
 from .routing import ConvParts, Parts, Routed, route
 
 ARTIFACT = Path(__file__).parent / "artifacts" / ARTIFACT_NAME
@@ -105,7 +106,8 @@ class OnnxPredictor:
         outs = self._run(feats)
         self._simt_ceiling(feats, outs, device)
         feats, outs = _fastest(feats, outs)
-        return self._collect(kernels, routed, feats, outs, device)
+        return hold_to_walk(self._collect(kernels, routed, feats, outs, device), kernels,
+                            device)
 
     def _held(self, routed: Routed) -> dict[str, Parts | ConvParts]:
         """The routed parts, each of a family this artifact holds; a kernel of another family

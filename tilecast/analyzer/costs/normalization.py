@@ -9,9 +9,10 @@ and shift: sum of squares 2 (FMA), multiply by 1/rms 1, scale 1 -> RMS_NORM = 4.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from ..registry import CostFn, register_all
-from ..types import NodeView, OpCost, RowDims
+from ..types import NativeBatchNorm, NodeView, OpCost, RowDims
 from .common import (
     STATS_ITEMSIZE,
     has_input,
@@ -121,7 +122,11 @@ def batch_norm(node: NodeView) -> OpCost:
     x = in_shape(node, 0)
     channels = x[1] if len(x) > 1 else 1
     training = node.attr("training_mode", 0)
-    return norm_cost(node, channels, prod(x) // max(channels, 1), LAYER_NORM if training else 2)
+    cost = norm_cost(node, channels, prod(x) // max(channels, 1), LAYER_NORM if training else 2)
+    if len(x) < 3:  # PyTorch's native NCHW kernels take 3-D and wider inputs
+        return cost
+    bn = NativeBatchNorm(x[0], channels, prod(x[2:]), "transform")
+    return replace(cost, native_bn=bn)
 
 
 def instance_norm(node: NodeView) -> OpCost:

@@ -1,0 +1,123 @@
+"""PyTorch's native batch-norm kernels: which calls run them (analyzer/native_bn.py), how they
+launch, and the DRAM-latency floor the learned predictor holds them to (learned/latency_walk.py)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import onnx.parser
+import pytest
+
+import tilecast
+from tilecast.analyzer.native_bn import Launch, launch, runs_native
+from tilecast.analyzer.types import Kernel, NativeBatchNorm, OpCost, RowDims
+from tilecast.device_db import list_devices, load_device
+from tilecast.learned.latency_walk import walk_ms
+
+learned = pytest.importorskip("tilecast.learned")
+if not learned.available():
+    pytest.skip("the learned predictor is not shipped in this install", allow_module_level=True)
+
+
+@pytest.mark.parametrize("bn, expected", [
+    # Statistics of a 7 x 7 map: tf = 64 covers 49 pixels, 512 / 64 = 8 rows of threads (the
+    # H100 trace's 64x8 blocks), one block per channel; a thread walks 128 / 8 images x 1.
+    (NativeBatchNorm(128, 2048, 49, "per_channel"), Launch(2048, 512, 16)),
+    # ResNet-50's stem, 112 x 112: tf = 512, one row; 128 images x ceil(12544 / 512) = 25.
+    (NativeBatchNorm(128, 64, 12544, "per_channel"), Launch(64, 512, 3200)),
+    # 14 x 14: tf = 256 (the trace's 256x2), 2 rows; ceil(128 / 2) x 1.
+    (NativeBatchNorm(128, 1024, 196, "per_channel"), Launch(1024, 512, 64)),
+    # Normalize, 56 x 56: tf = max(getNumThreads(784) = 512, min(512, 64)) = 512, tb = 1;
+    # grid (64, min(262144 / 64, 128)) = 64 x 128 as traced; each thread 1 x ceil(3136 / 512).
+    (NativeBatchNorm(128, 64, 3136, "transform"), Launch(8192, 512, 7)),
+    # 7 x 7: tf = max(32, min(64, 64)) = 64, tb = 1; 2048 x 128 blocks of one step.
+    (NativeBatchNorm(128, 2048, 49, "transform"), Launch(262144, 64, 1)),
+    # Capped grid: 1 pixel, tf = 32, tb = 2; rows = min(262144 / 4096, 2048) = 64, so a thread
+    # walks ceil(4096 / (64 x 2)) = 32 images.
+    (NativeBatchNorm(4096, 4096, 1, "transform"), Launch(262144, 64, 32)),
+])
+def test_the_launch_is_pytorchs(bn, expected) -> None:
+    assert launch(bn) == expected
+
+
+@pytest.mark.parametrize("dtype, math, runtime, native", [
+    ("bfloat16", "graph", "eager", True),       # a bf16 model: never cuDNN
+    ("bfloat16", "amp-bf16", "cudagraph", True),  # bf16 autocast: bf16 input, fp32 weights
+    ("float16", "graph", "eager", True),        # model.half(): fp16 weights too
+    ("float16", "amp-fp16", "eager", False),    # fp16 input with fp32 weights: cuDNN
+    ("float32", "graph", "eager", False),       # cuDNN
+    ("bfloat16", "graph", "graph", False),      # a compiled runtime runs its own kernels
+])
+def test_pytorch_picks_its_native_kernels(dtype, math, runtime, native) -> None:
+    assert runs_native(dtype, math, runtime) is native
+
+
+def _values(n: int, value: str) -> str:
+    return ",".join([value] * n)
+
+
+CNN = f"""<ir_version: 8, opset_import: ["" : 17]>
+cnn (float[32, 8, 28, 28] x) => (float[32, 16, 28, 28] y)
+    <float[16, 8, 3, 3] w = {{{_values(1152, "0.1")}}},
+    float[16] s = {{{_values(16, "1.0")}}}, float[16] b = {{{_values(16, "0.0")}}},
+    float[16] m = {{{_values(16, "0.0")}}}, float[16] v = {{{_values(16, "1.0")}}}> {{
+  c = Conv <pads = [1, 1, 1, 1]> (x, w)
+  y = BatchNormalization (c, s, b, m, v)
+}}"""
+
+
+def _bn_kernels(math: str, runtime: str = "eager", device: str = "h100"):
+    f = tilecast.analyze(onnx.parser.parse_model(CNN), device, mode="training", math=math,
+                         runtime=runtime)
+    return [k for k in f.kernels if k.kernel.op_type.startswith("BatchNorm")]
+
+
+def test_training_marks_each_native_pass() -> None:
+    """Under bf16 autocast the statistics and both backward walks are per-channel walks and
+    the normalize pass is the transform; fp16 autocast hands all of them to cuDNN."""
+    kinds = {k.kernel.name.rsplit(".", 1)[-1]: k.kernel.cost.native_bn.kernel
+             for k in _bn_kernels("amp-bf16") if k.kernel.cost.native_bn is not None}
+    assert set(kinds.values()) == {"per_channel", "transform"}
+    assert kinds["stats"] == kinds["dStats"] == kinds["dX"] == "per_channel"
+    assert all(k.kernel.cost.native_bn is None for k in _bn_kernels("amp-fp16"))
+
+
+def test_the_walk_holds_a_native_kernel_above_the_copy_rate() -> None:
+    """bf16 statistics of 32 x 16 x 28 x 28 on an H100: 16 blocks of 512 threads (tf = 512:
+    784 pixels), each thread 32 x ceil(784 / 512) = 64 loads of 375.1 ns: 24.0 us at least,
+    where fp16 autocast (cuDNN, no walk) keeps the learned time."""
+    bf16 = {k.kernel.name: k for k in _bn_kernels("amp-bf16")}
+    fp16 = {k.kernel.name: k for k in _bn_kernels("amp-fp16")}
+    stats = next(name for name in bf16 if name.endswith(".stats"))
+    assert walk_ms([bf16[stats].kernel], load_device("h100"))[0] == pytest.approx(0.02401, 1e-3)
+    assert bf16[stats].latency_ms >= 0.024
+    assert bf16[stats].latency_ms > fp16[stats].latency_ms
+
+
+def _stats(n: int, spatial: int, dtype: str = "bfloat16") -> Kernel:
+    c, elements = 256, n * 256 * spatial
+    bn = NativeBatchNorm(n, c, spatial, "per_channel")
+    return Kernel("bn.stats", ("bn",), "BatchNormStats",
+                  OpCost("reduction", 4 * elements, 2 * elements, dtype,
+                         rows=RowDims(c, n * spatial), elements=2 * c, native_bn=bn))
+
+
+@pytest.mark.parametrize("spatial", [49, 196, 784, 3136])
+def test_more_images_never_take_less_time(spatial) -> None:
+    p = learned.default_predictor()
+    for dev in (d for d in list_devices() if d.vendor == "nvidia"):
+        times = [pred.latency_ms for pred in p.predict(
+            [_stats(2 ** i, spatial) for i in range(9)], dev)]
+        assert times == sorted(times), dev.name
+
+
+def test_a_gpu_without_a_measured_latency_is_flagged() -> None:
+    """No published pointer chase covers the T4: its fp16 native kernels (model.half()) keep
+    the learned time and say they are extrapolated; given a latency, the walk holds them."""
+    p = learned.default_predictor()
+    t4 = load_device("t4")
+    assert t4.dram_latency_ns is None
+    (bare,) = p.predict([_stats(64, 784, "float16")], t4)
+    (held,) = p.predict([_stats(64, 784, "float16")], replace(t4, dram_latency_ns=400.0))
+    assert bare.extrapolated
+    assert held.gpu_ms > bare.gpu_ms

@@ -1,0 +1,71 @@
+"""A floor on kernels whose threads keep one load in flight each: PyTorch's native batch norm.
+
+Such a kernel cannot run faster than its threads can wait for their loads: every thread waits
+one DRAM latency per element it walks (``analyzer.native_bn``: the launch PyTorch makes), and an
+SM runs only as many of its blocks at once as its thread and block limits allow. So
+
+    busy >= ceil(blocks / (SMs x resident blocks per SM)) x steps x DRAM latency
+
+with the unloaded latency a pointer chase measures (``Device.dram_latency_ns``, sourced per
+GPU). Little's law on one SM, no fitted constant: a loaded DRAM answers later than an idle one,
+so this floor stays below what such kernels take (docs/predictor.md, "Batch norm on PyTorch's
+native kernels"). The learned models never saw these kernels (the training data is fp32, which
+PyTorch hands to cuDNN), and the elementwise copy rate they give is 3-20x too fast for a
+per-channel walk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from ..analyzer.native_bn import launch
+from ..analyzer.predictor import Prediction
+from ..analyzer.types import Kernel
+from ..device_db.device import Device
+from .device_columns import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM
+from .form import Q_HOST
+from .tensor_core import smooth_max
+
+
+def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
+    """The floor of each kernel's busy time in ms; NaN where none applies (no native batch
+    norm, an AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency)."""
+    out = np.full(len(kernels), np.nan)
+    latency_ms = device.dram_latency_ns
+    if latency_ms is None or device.vendor != "nvidia":
+        return out
+    latency_ms *= 1e-6
+    threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
+    blocks = MAX_BLOCKS_PER_SM.get(device.arch, 32)
+    for i, k in enumerate(kernels):
+        if k.cost.native_bn is None:
+            continue
+        run = launch(k.cost.native_bn)
+        resident = device.sm_count * max(1, min(threads // run.threads, blocks))
+        out[i] = -(-run.blocks // resident) * run.steps * latency_ms
+    return out
+
+
+def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
+                 device: Device) -> list[Prediction]:
+    """Each native batch-norm kernel's GPU time raised to its fixed part plus the walk where
+    that is longer (the host dispatch then overlaps it as before); on an NVIDIA GPU with no
+    sourced latency the kernel keeps the learned time and is flagged ``extrapolated``."""
+    floor = walk_ms(kernels, device)
+    out = list(predictions)
+    for i, (p, k) in enumerate(zip(predictions, kernels, strict=True)):
+        if k.cost.native_bn is None or device.vendor != "nvidia":
+            continue
+        if np.isnan(floor[i]):
+            out[i] = replace(p, extrapolated=True)
+            continue
+        gpu = (p.fixed_ms or 0.0) + float(floor[i])
+        if p.gpu_ms is None or gpu <= p.gpu_ms:
+            continue
+        host = np.array([p.host_ms or 0.0])
+        latency = float(smooth_max(host, np.array([gpu]), Q_HOST)[0]) if p.host_ms else gpu
+        out[i] = replace(p, latency_ms=latency, gpu_ms=gpu, bound="memory")
+    return out
