@@ -142,11 +142,11 @@ def batch_norm_training(forward: Sequence[Kernel]) -> list[Kernel]:
             continue
         ch, n = c.rows.rows, c.rows.rows * c.rows.cols
         xb, stats = int(n * DTYPE_SIZE.get(c.dtype, 4)), 2 * ch * 4
-        walk = None if c.native_bn is None else replace(c.native_bn, kernel="per_channel")
+        walk = None if c.native is None else replace(c.native, kernel="per_channel")
         out.append(replace(k, name=f"{k.name}.stats", op_type="BatchNormStats",
                            cost=OpCost("reduction", STATS_FLOPS * n, xb + stats, c.dtype,
-                                       rows=c.rows, elements=2 * ch, native_bn=walk)))
+                                       rows=c.rows, elements=2 * ch, native=walk)))
         out.append(replace(k, cost=OpCost("elementwise", NORMALIZE_FLOPS * n,
                                           2 * xb + 2 * stats, c.dtype, elements=n,
-                                          native_bn=c.native_bn)))
+                                          native=c.native)))
     return out

@@ -19,7 +19,7 @@ from .forecast import Forecast, KernelForecast, OpReason
 from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, fold_weight_casts, tf32_kernels
-from .native_bn import select_backend
+from .native import select_backend
 from .predictor import Predictor, RooflinePredictor
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm

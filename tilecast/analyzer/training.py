@@ -319,15 +319,15 @@ def _batch_norm_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     ch = x.shape[1] if len(x.shape) > 1 else 1
     stats = 2 * ch * STATS_BYTES
     # PyTorch's native backward is one kernel per channel walking it twice (the reduction,
-    # then dX): one walk per kernel here (analyzer.native_bn).
+    # then dX): one walk per kernel here (analyzer.native).
     walk = None if len(x.shape) < 3 else NativeBatchNorm(
         x.shape[0], ch, prod(x.shape[2:]), "per_channel")
     out = [("dStats", OpCost("reduction", 4 * x.numel, _nb(x) + _nb(y) + stats, y.dtype,
                              rows=RowDims(ch, x.numel // max(ch, 1)), elements=2 * ch,
-                             native_bn=walk))]
+                             native=walk))]
     if x.name in need:
         dx = _elementwise("dX", y.dtype, 2 * _nb(y) + _nb(x) + stats, x.numel, 5)
-        out.append((dx[0], replace(dx[1], native_bn=walk)))
+        out.append((dx[0], replace(dx[1], native=walk)))
     return out
 
 

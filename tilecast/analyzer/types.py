@@ -175,6 +175,15 @@ class NativeBatchNorm:
 
 
 @dataclass(frozen=True)
+class NativePool:
+    """PyTorch's native NCHW max pool (``max_pool_forward_nchw``): one thread per output of
+    ``outputs``, each visiting the ``taps`` of its window one load at a time."""
+
+    outputs: int
+    taps: int
+
+
+@dataclass(frozen=True)
 class OpCost:
     """The static cost of one node (or one derived kernel).
 
@@ -204,9 +213,9 @@ class OpCost:
     # last touched a whole pass earlier, so it comes from DRAM once the pass's weights and
     # state outgrow the L2 (``learned.predictor._stream_weights``).
     state_bytes: int = 0
-    # A batch norm as PyTorch's native NCHW kernels run it (``analyzer.native_bn``): set by
-    # the cost formulas, dropped where PyTorch calls cuDNN instead.
-    native_bn: NativeBatchNorm | None = None
+    # A kernel as PyTorch's own NCHW kernels run it, one load per thread at a time
+    # (``analyzer.native``): set by the cost formulas, dropped where another library runs it.
+    native: NativeBatchNorm | NativePool | None = None
 
 
 @dataclass(frozen=True)

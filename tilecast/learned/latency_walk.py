@@ -1,17 +1,18 @@
-"""A floor on kernels whose threads keep one load in flight each: PyTorch's native batch norm.
+"""A floor on kernels whose threads keep one load in flight each: PyTorch's own NCHW batch-norm
+and max-pool kernels.
 
 Such a kernel cannot run faster than its threads can wait for their loads: every thread waits
-one DRAM latency per element it walks (``analyzer.native_bn``: the launch PyTorch makes), and an
+one DRAM latency per element it walks (``analyzer.native``: the launch PyTorch makes), and an
 SM runs only as many of its blocks at once as its thread and block limits allow. So
 
     busy >= ceil(blocks / (SMs x resident blocks per SM)) x steps x DRAM latency
 
 with the unloaded latency a pointer chase measures (``Device.dram_latency_ns``, sourced per
 GPU). Little's law on one SM, no fitted constant: a loaded DRAM answers later than an idle one,
-so this floor stays below what such kernels take (docs/predictor.md, "Batch norm on PyTorch's
-native kernels"). The learned models never saw these kernels (the training data is fp32, which
-PyTorch hands to cuDNN), and the elementwise copy rate they give is 3-20x too fast for a
-per-channel walk.
+so this floor stays below what such kernels take (docs/predictor.md, "Batch norm and max pool
+on PyTorch's native kernels"). The learned models never saw these kernels (the training data
+is fp32, whose batch norms PyTorch hands to cuDNN, and has no pool), and the elementwise copy
+rate they give is 3-20x too fast for a per-channel walk.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..analyzer.native_bn import launch
+from ..analyzer.native import launch
 from ..analyzer.predictor import Prediction
 from ..analyzer.types import Kernel
 from ..device_db.device import Device
@@ -31,8 +32,8 @@ from .tensor_core import smooth_max
 
 
 def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
-    """The floor of each kernel's busy time in ms; NaN where none applies (no native batch
-    norm, an AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency)."""
+    """The floor of each kernel's busy time in ms; NaN where none applies (no native kernel, an
+    AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency)."""
     out = np.full(len(kernels), np.nan)
     latency_ms = device.dram_latency_ns
     if latency_ms is None or device.vendor != "nvidia":
@@ -41,9 +42,9 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
     threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
     blocks = MAX_BLOCKS_PER_SM.get(device.arch, 32)
     for i, k in enumerate(kernels):
-        if k.cost.native_bn is None:
+        if k.cost.native is None:
             continue
-        run = launch(k.cost.native_bn)
+        run = launch(k.cost.native)
         resident = device.sm_count * max(1, min(threads // run.threads, blocks))
         out[i] = -(-run.blocks // resident) * run.steps * latency_ms
     return out
@@ -51,13 +52,13 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
 
 def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
                  device: Device) -> list[Prediction]:
-    """Each native batch-norm kernel's GPU time raised to its fixed part plus the walk where
+    """Each native kernel's GPU time raised to its fixed part plus the walk where
     that is longer (the host dispatch then overlaps it as before); on an NVIDIA GPU with no
     sourced latency the kernel keeps the learned time and is flagged ``extrapolated``."""
     floor = walk_ms(kernels, device)
     out = list(predictions)
     for i, (p, k) in enumerate(zip(predictions, kernels, strict=True)):
-        if k.cost.native_bn is None or device.vendor != "nvidia":
+        if k.cost.native is None or device.vendor != "nvidia":
             continue
         if np.isnan(floor[i]):
             out[i] = replace(p, extrapolated=True)

@@ -126,7 +126,7 @@ def batch_norm(node: NodeView) -> OpCost:
     if len(x) < 3:  # PyTorch's native NCHW kernels take 3-D and wider inputs
         return cost
     bn = NativeBatchNorm(x[0], channels, prod(x[2:]), "transform")
-    return replace(cost, native_bn=bn)
+    return replace(cost, native=bn)
 
 
 def instance_norm(node: NodeView) -> OpCost:

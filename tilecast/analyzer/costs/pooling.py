@@ -7,22 +7,28 @@ worked out). Padded taps are counted too: the kernels visit them.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..registry import CostFn, register_all
-from ..types import NodeView, OpCost, RowDims
+from ..types import NativePool, NodeView, OpCost, RowDims
 from .common import attr_str, in_shape, io_bytes, out_shape, prod, require, vector_cost
 from .sampling import interp_flops
 
 
-def window_pool(flops_per_tap: int, flops_per_output: int = 0) -> CostFn:
+def window_pool(flops_per_tap: int, flops_per_output: int = 0, native: bool = False) -> CostFn:
     """Factory: MaxPool (compare per tap), AveragePool (add per tap, divide per output),
-    LpPool (|x|^p accumulate per tap, root per output)."""
+    LpPool (|x|^p accumulate per tap, root per output). ``native``: a 2-D pool that PyTorch
+    runs on its own NCHW kernel, one thread per output walking its taps (``analyzer.native``)."""
 
     def fn(node: NodeView) -> OpCost:
         kernel = node.attr("kernel_shape")
         require(node, bool(kernel), "kernel_shape is required")
         n = prod(out_shape(node))
         flops = flops_per_tap * n * prod(kernel) + flops_per_output * n
-        return vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
+        cost = vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
+        if native and len(kernel) == 2:
+            return replace(cost, native=NativePool(n, prod(kernel)))
+        return cost
 
     return fn
 
@@ -39,7 +45,7 @@ def global_pool(flops_per_element: int, flops_per_output: int = 0) -> CostFn:
     return fn
 
 
-register_all(("MaxPool",), window_pool(1))
+register_all(("MaxPool",), window_pool(1, native=True))
 # ONNX Runtime's channels-last MaxPool: the same taps whatever the layout
 register_all(("NhwcMaxPool",), window_pool(1), domain="com.microsoft")
 register_all(("AveragePool",), window_pool(1, 1))

@@ -1,5 +1,6 @@
-"""PyTorch's native batch-norm kernels: which calls run them (analyzer/native_bn.py), how they
-launch, and the DRAM-latency floor the learned predictor holds them to (learned/latency_walk.py)."""
+"""PyTorch's own NCHW kernels that walk their elements one load per thread at a time (batch
+norm, max pool): which calls run them (analyzer/native.py), how they launch, and the
+DRAM-latency floor the learned predictor holds them to (learned/latency_walk.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import onnx.parser
 import pytest
 
 import tilecast
-from tilecast.analyzer.native_bn import Launch, launch, runs_native
-from tilecast.analyzer.types import Kernel, NativeBatchNorm, OpCost, RowDims
+from tilecast.analyzer.native import Launch, launch, runs_native
+from tilecast.analyzer.types import Kernel, NativeBatchNorm, NativePool, OpCost, RowDims
 from tilecast.device_db import list_devices, load_device
 from tilecast.learned.latency_walk import walk_ms
 
@@ -35,21 +36,29 @@ if not learned.available():
     # Capped grid: 1 pixel, tf = 32, tb = 2; rows = min(262144 / 4096, 2048) = 64, so a thread
     # walks ceil(4096 / (64 x 2)) = 32 images.
     (NativeBatchNorm(4096, 4096, 1, "transform"), Launch(262144, 64, 32)),
+    # ResNet-50's 3x3 max pool at batch 256: 256 x 64 x 56 x 56 outputs in blocks of 256 (the
+    # trace's 200,704 x 256), each thread 9 taps.
+    (NativePool(256 * 64 * 56 * 56, 9), Launch(200704, 256, 9)),
 ])
 def test_the_launch_is_pytorchs(bn, expected) -> None:
     assert launch(bn) == expected
 
 
-@pytest.mark.parametrize("dtype, math, runtime, native", [
-    ("bfloat16", "graph", "eager", True),       # a bf16 model: never cuDNN
-    ("bfloat16", "amp-bf16", "cudagraph", True),  # bf16 autocast: bf16 input, fp32 weights
-    ("float16", "graph", "eager", True),        # model.half(): fp16 weights too
-    ("float16", "amp-fp16", "eager", False),    # fp16 input with fp32 weights: cuDNN
-    ("float32", "graph", "eager", False),       # cuDNN
-    ("bfloat16", "graph", "graph", False),      # a compiled runtime runs its own kernels
+BN, POOL = NativeBatchNorm(8, 64, 3136, "transform"), NativePool(1000, 9)
+
+
+@pytest.mark.parametrize("kernel, dtype, math, runtime, native", [
+    (BN, "bfloat16", "graph", "eager", True),        # a bf16 model: never cuDNN
+    (BN, "bfloat16", "amp-bf16", "cudagraph", True),  # bf16 autocast: bf16 input, fp32 weights
+    (BN, "float16", "graph", "eager", True),         # model.half(): fp16 weights too
+    (BN, "float16", "amp-fp16", "eager", False),     # fp16 input with fp32 weights: cuDNN
+    (BN, "float32", "graph", "eager", False),        # cuDNN
+    (BN, "bfloat16", "graph", "graph", False),       # a compiled runtime runs its own kernels
+    (POOL, "float32", "graph", "eager", True),       # PyTorch pools itself in every dtype
+    (POOL, "bfloat16", "graph", "graph", False),
 ])
-def test_pytorch_picks_its_native_kernels(dtype, math, runtime, native) -> None:
-    assert runs_native(dtype, math, runtime) is native
+def test_pytorch_picks_its_native_kernels(kernel, dtype, math, runtime, native) -> None:
+    assert runs_native(kernel, dtype, math, runtime) is native
 
 
 def _values(n: int, value: str) -> str:
@@ -75,11 +84,11 @@ def _bn_kernels(math: str, runtime: str = "eager", device: str = "h100"):
 def test_training_marks_each_native_pass() -> None:
     """Under bf16 autocast the statistics and both backward walks are per-channel walks and
     the normalize pass is the transform; fp16 autocast hands all of them to cuDNN."""
-    kinds = {k.kernel.name.rsplit(".", 1)[-1]: k.kernel.cost.native_bn.kernel
-             for k in _bn_kernels("amp-bf16") if k.kernel.cost.native_bn is not None}
+    kinds = {k.kernel.name.rsplit(".", 1)[-1]: k.kernel.cost.native.kernel
+             for k in _bn_kernels("amp-bf16") if k.kernel.cost.native is not None}
     assert set(kinds.values()) == {"per_channel", "transform"}
     assert kinds["stats"] == kinds["dStats"] == kinds["dX"] == "per_channel"
-    assert all(k.kernel.cost.native_bn is None for k in _bn_kernels("amp-fp16"))
+    assert all(k.kernel.cost.native is None for k in _bn_kernels("amp-fp16"))
 
 
 def test_the_walk_holds_a_native_kernel_above_the_copy_rate() -> None:
@@ -99,7 +108,7 @@ def _stats(n: int, spatial: int, dtype: str = "bfloat16") -> Kernel:
     bn = NativeBatchNorm(n, c, spatial, "per_channel")
     return Kernel("bn.stats", ("bn",), "BatchNormStats",
                   OpCost("reduction", 4 * elements, 2 * elements, dtype,
-                         rows=RowDims(c, n * spatial), elements=2 * c, native_bn=bn))
+                         rows=RowDims(c, n * spatial), elements=2 * c, native=bn))
 
 
 @pytest.mark.parametrize("spatial", [49, 196, 784, 3136])
@@ -121,3 +130,22 @@ def test_a_gpu_without_a_measured_latency_is_flagged() -> None:
     (held,) = p.predict([_stats(64, 784, "float16")], replace(t4, dram_latency_ns=400.0))
     assert bare.extrapolated
     assert held.gpu_ms > bare.gpu_ms
+
+
+POOLED = """<ir_version: 8, opset_import: ["" : 17]>
+pool (bfloat16[256, 64, 112, 112] x) => (bfloat16[256, 64, 56, 56] y) {
+  y = MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (x)
+}"""
+
+
+def test_a_bf16_max_pool_waits_for_its_taps() -> None:
+    """ResNet-50's max pool at batch 256 on an H100: 200,704 blocks of 256 threads, 8 resident
+    per SM (2048 threads), so ceil(200704 / 1056) = 191 rounds of 9 taps at 375.1 ns: 0.645
+    ms at least (the trace: 0.82 ms). Under the graph runtime (a compiler's pool) no floor."""
+    model = onnx.parser.parse_model(POOLED)
+    eager = tilecast.analyze(model, "h100", runtime="cudagraph").kernels[0]
+    assert eager.kernel.cost.native == NativePool(256 * 64 * 56 * 56, 9)
+    assert walk_ms([eager.kernel], load_device("h100"))[0] == pytest.approx(0.6448, 1e-3)
+    assert eager.latency_ms >= 0.6448
+    compiled = tilecast.analyze(model, "h100", runtime="graph").kernels[0]
+    assert compiled.kernel.cost.native is None and compiled.latency_ms < 0.6

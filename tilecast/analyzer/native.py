@@ -1,0 +1,93 @@
+"""PyTorch's own NCHW kernels that walk their elements one load per thread at a time: which
+calls run them, and how they launch (aten/src/ATen/native/cuda).
+
+**Batch norm.** PyTorch hands a batch norm to cuDNN unless its input or weight is bf16, or its
+input is fp16 with fp16 weights (``_select_batch_norm_backend`` in
+aten/src/ATen/native/Normalization.cpp: ``input.scalar_type() != kBFloat16 &&
+weight.scalar_type() != kBFloat16 && (input.scalar_type() != kHalf || weight.scalar_type() ==
+kFloat)``). So a bf16 model, a ``model.half()`` fp16 model and bf16 autocast run the native
+kernels; fp32 and fp16 autocast (fp32 weights) run cuDNN. The native kernels
+(Normalization.cuh) read one element per thread per loop step, without vector loads:
+
+- ``batch_norm_collect_statistics_kernel`` and ``batch_norm_backward_kernel``: one block per
+  channel of ``tf x (512 / tf)`` threads, ``tf = getNumThreads(spatial)`` (the smallest of 32,
+  64, 128, 256, 512 that covers it); each thread walks ``ceil(n / (512 / tf)) x ceil(spatial /
+  tf)`` elements. The backward walks its channel twice (the reduction, then dX): tilecast's
+  ``dStats`` and ``dX`` kernels, one walk each.
+- ``batch_norm_transform_input_kernel`` (the normalize pass): blocks ``(channels, min(262144 /
+  channels, ceil(n / tb)))`` of ``tf x tb`` threads, ``tf = max(getNumThreads(spatial / 4),
+  min(getNumThreads(spatial), 64))``, ``tb = max(64 / tf, 1)``.
+
+**Max pool.** PyTorch runs every NCHW max pool itself (``max_pool_forward_nchw``,
+DilatedMaxPool2d.cu): one thread per output in blocks of 256, each visiting its window's taps
+in a loop whose bounds are known only at run time, one load after another.
+
+Our H100's ResNet-50 traces (datasets/h100-sxm5-80gb/traces) show these grids and blocks on all
+53 batch norms (64x8, 256x2 and 512x1 threads; grids C and C x 128 at batch 128) and on the max
+pool (200,704 blocks of 256 for 256 x 64 x 56 x 56 outputs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from .runtime import PYTORCH_RUNTIMES
+from .types import Kernel, NativeBatchNorm, NativePool
+
+MAX_BLOCK_SIZE = 512  # Normalization.cuh (CUDA; ROCm builds use 256)
+POOL_THREADS = 256  # DilatedMaxPool2d.cu's BLOCK_THREADS
+TRANSFORM_BLOCKS = 256 * 1024  # the transform's cap on channels x batch blocks
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A native kernel's launch: ``blocks`` of ``threads``, each thread loading ``steps``
+    elements one after another."""
+
+    blocks: int
+    threads: int
+    steps: int
+
+
+def _threads_for(n: int) -> int:
+    """``getNumThreads``: the smallest of 32, 64, 128, 256, 512 that is >= n (512 past it)."""
+    return next((t for t in (32, 64, 128, 256) if n <= t), MAX_BLOCK_SIZE)
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def launch(native: NativeBatchNorm | NativePool) -> Launch:
+    """The grid, block and per-thread walk PyTorch launches for ``native``."""
+    if isinstance(native, NativePool):
+        return Launch(_ceil(native.outputs, POOL_THREADS), POOL_THREADS, native.taps)
+    if native.kernel == "per_channel":
+        tf = _threads_for(native.spatial)
+        ty = max(1, MAX_BLOCK_SIZE // tf)
+        return Launch(native.channels, tf * ty,
+                      _ceil(native.n, ty) * _ceil(native.spatial, tf))
+    tf = max(_threads_for(native.spatial // 4), min(_threads_for(native.spatial), 64))
+    tb = max(64 // tf, 1)
+    rows = max(1, min(TRANSFORM_BLOCKS // max(native.channels, 1), _ceil(native.n, tb)))
+    return Launch(native.channels * rows, tf * tb,
+                  _ceil(native.n, rows * tb) * _ceil(native.spatial, tf))
+
+
+def runs_native(native: NativeBatchNorm | NativePool, dtype: str, math: str,
+                runtime: str) -> bool:
+    """Whether PyTorch runs ``native`` on its own kernels (module doc): only under its own
+    runtimes; a batch norm in bf16 always, in fp16 unless autocast keeps the weights in fp32
+    (``amp-fp16``); a max pool always."""
+    if runtime not in PYTORCH_RUNTIMES:
+        return False
+    if isinstance(native, NativePool):
+        return True
+    return dtype == "bfloat16" or (dtype == "float16" and math != "amp-fp16")
+
+
+def select_backend(kernels: Sequence[Kernel], math: str, runtime: str) -> list[Kernel]:
+    """The kernels with ``native`` kept only where PyTorch runs its own kernels."""
+    return [k if k.cost.native is None or runs_native(k.cost.native, k.dtype, math, runtime)
+            else replace(k, cost=replace(k.cost, native=None)) for k in kernels]
