@@ -96,6 +96,40 @@ def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, str | None]
     return np.array(truth), [k.kernel for k in f.kernels], np.array(depthwise), device
 
 
+def batch_norms(root: Path) -> tuple[np.ndarray, list, str | None]:
+    """(measured ms, analyzer kernels, device) of the inference batch-norm rows (op ``bn``: an
+    NCHW ``F.batch_norm`` in eval mode), one ONNX BatchNormalization node each, costed by the
+    analyzer's formula with PyTorch's native launch where PyTorch runs it (eager)."""
+    import csv
+
+    from onnx import helper
+
+    import tilecast
+    from tilecast.analyzer.native import select_backend
+    from tilecast.learned.dataset import COLLECT_DTYPES
+
+    truth, nodes, inputs, outputs, device = [], [], [], [], None
+    for path in sorted((root / "kernels" / "nvidia" / "train" / "bn").glob("*.csv")):
+        for r in csv.DictReader(path.open()):
+            n, c, h = (int(r[x]) for x in ("B", "Channels", "Input_Size"))
+            i, elem = len(nodes), _ONNX_TYPES[COLLECT_DTYPES.get(r["dtype"], r["dtype"])]
+            params = [f"{p}{i}" for p in ("s", "b", "m", "v")]
+            inputs += [helper.make_tensor_value_info(f"x{i}", elem, [n, c, h, h]),
+                       *(helper.make_tensor_value_info(q, elem, [c]) for q in params)]
+            outputs.append(helper.make_tensor_value_info(f"y{i}", elem, [n, c, h, h]))
+            nodes.append(helper.make_node("BatchNormalization", [f"x{i}", *params], [f"y{i}"],
+                                          f"bn{i}"))
+            truth.append(float(r["Latency"]))
+            device = r["Device"].strip()
+    if not nodes:
+        return np.array([]), [], None
+    model = helper.make_model(helper.make_graph(nodes, "bn", inputs, outputs),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    f = tilecast.analyze(model, default_lookup(device), predictor="roofline")
+    kernels = select_backend([k.kernel for k in f.kernels], "graph", "eager")
+    return np.array(truth), kernels, device
+
+
 def _conv_row(r: dict) -> tuple[int, ...]:
     return tuple(int(r[x]) for x in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
                                      "Input_Size", "Stride", "Padding", "Groups"))
@@ -219,6 +253,15 @@ def scored(root: Path, conv_grad_truth: str = "Latency",
             for name, m in (("depthwise", dw & (dtypes == dt)), ("grouped", ~dw & (dtypes == dt))):
                 if m.any():
                     out.append((name, dt, truth[m], tc[m], rf[m]))
+    truth, kernels, device = batch_norms(root)
+    if len(truth):
+        dev = default_lookup(device)
+        tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
+        rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
+        dtypes = np.array([k.dtype for k in kernels], dtype=object)
+        for dt in sorted(set(dtypes.tolist())):
+            m = dtypes == dt
+            out.append(("batch norm (inference)", dt, truth[m], tc[m], rf[m]))
     return out + conv_grads(root, conv_grad_truth)
 
 

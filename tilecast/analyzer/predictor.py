@@ -13,7 +13,9 @@ from typing import Protocol, runtime_checkable
 from ..device_db.device import Device
 from .types import Kernel
 
-BOUNDS = ("compute", "memory", "overhead")
+# "latency": held to the DRAM-latency walk of a kernel whose threads keep one load in flight
+# each (learned/latency_walk.py), slower than its bytes at the copy rate.
+BOUNDS = ("compute", "memory", "latency", "overhead")
 
 
 @dataclass(frozen=True)

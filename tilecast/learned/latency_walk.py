@@ -52,9 +52,10 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
 
 def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
                  device: Device) -> list[Prediction]:
-    """Each native kernel's GPU time raised to its fixed part plus the walk where
-    that is longer (the host dispatch then overlaps it as before); on an NVIDIA GPU with no
-    sourced latency the kernel keeps the learned time and is flagged ``extrapolated``."""
+    """Each native kernel's GPU time raised to its fixed part plus the walk where that is
+    longer, labelled bound by ``latency`` (the host dispatch then overlaps it as before); on an
+    NVIDIA GPU with no sourced latency the kernel keeps the learned time and is flagged
+    ``extrapolated``."""
     floor = walk_ms(kernels, device)
     out = list(predictions)
     for i, (p, k) in enumerate(zip(predictions, kernels, strict=True)):
@@ -68,5 +69,5 @@ def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
             continue
         host = np.array([p.host_ms or 0.0])
         latency = float(smooth_max(host, np.array([gpu]), Q_HOST)[0]) if p.host_ms else gpu
-        out[i] = replace(p, latency_ms=latency, gpu_ms=gpu, bound="memory")
+        out[i] = replace(p, latency_ms=latency, gpu_ms=gpu, bound="latency")
     return out
