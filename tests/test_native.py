@@ -28,6 +28,8 @@ if not learned.available():
     (NativeBatchNorm(128, 64, 12544, "per_channel"), Launch(64, 512, 3200)),
     # 14 x 14: tf = 256 (the trace's 256x2), 2 rows; ceil(128 / 2) x 1.
     (NativeBatchNorm(128, 1024, 196, "per_channel"), Launch(1024, 512, 64)),
+    # Its backward: the same blocks, each walking the channel twice.
+    (NativeBatchNorm(128, 1024, 196, "backward"), Launch(1024, 512, 128)),
     # Normalize, 56 x 56: tf = max(getNumThreads(784) = 512, min(512, 64)) = 512, tb = 1;
     # grid (64, min(262144 / 64, 128)) = 64 x 128 as traced; each thread 1 x ceil(3136 / 512).
     (NativeBatchNorm(128, 64, 3136, "transform"), Launch(8192, 512, 7)),
@@ -82,12 +84,14 @@ def _bn_kernels(math: str, runtime: str = "eager", device: str = "h100"):
 
 
 def test_training_marks_each_native_pass() -> None:
-    """Under bf16 autocast the statistics and both backward walks are per-channel walks and
-    the normalize pass is the transform; fp16 autocast hands all of them to cuDNN."""
-    kinds = {k.kernel.name.rsplit(".", 1)[-1]: k.kernel.cost.native.kernel
+    """Under bf16 autocast the statistics are a per-channel walk, the normalize pass the
+    transform, and the backward one kernel walking each channel twice (the trace: 53
+    ``batch_norm_backward_kernel`` launches for 53 batch norms); fp16 autocast hands all of
+    them to cuDNN."""
+    kinds = {k.kernel.op_type: k.kernel.cost.native.kernel
              for k in _bn_kernels("amp-bf16") if k.kernel.cost.native is not None}
-    assert set(kinds.values()) == {"per_channel", "transform"}
-    assert kinds["stats"] == kinds["dStats"] == kinds["dX"] == "per_channel"
+    assert kinds == {"BatchNormStats": "per_channel", "BatchNormalization": "transform",
+                     "BatchNormalizationGrad": "backward"}
     assert all(k.kernel.cost.native is None for k in _bn_kernels("amp-fp16"))
 
 

@@ -12,8 +12,7 @@ kernels; fp32 and fp16 autocast (fp32 weights) run cuDNN. The native kernels
 - ``batch_norm_collect_statistics_kernel`` and ``batch_norm_backward_kernel``: one block per
   channel of ``tf x (512 / tf)`` threads, ``tf = getNumThreads(spatial)`` (the smallest of 32,
   64, 128, 256, 512 that covers it); each thread walks ``ceil(n / (512 / tf)) x ceil(spatial /
-  tf)`` elements. The backward walks its channel twice (the reduction, then dX): tilecast's
-  ``dStats`` and ``dX`` kernels, one walk each.
+  tf)`` elements. The backward walks its channel twice (the reduction, then dX).
 - ``batch_norm_transform_input_kernel`` (the normalize pass): blocks ``(channels, min(262144 /
   channels, ceil(n / tb)))`` of ``tf x tb`` threads, ``tf = max(getNumThreads(spatial / 4),
   min(getNumThreads(spatial), 64))``, ``tb = max(64 / tf, 1)``.
@@ -38,6 +37,9 @@ from .types import Kernel, NativeBatchNorm, NativePool
 MAX_BLOCK_SIZE = 512  # Normalization.cuh (CUDA; ROCm builds use 256)
 POOL_THREADS = 256  # DilatedMaxPool2d.cu's BLOCK_THREADS
 TRANSFORM_BLOCKS = 256 * 1024  # the transform's cap on channels x batch blocks
+# One block per channel: walks over the channel of the statistics kernel ("per_channel", also
+# a backward whose input needs no gradient: the reduction alone) and of the backward.
+WALKS = {"per_channel": 1, "backward": 2}
 
 
 @dataclass(frozen=True)
@@ -63,11 +65,11 @@ def launch(native: NativeBatchNorm | NativePool) -> Launch:
     """The grid, block and per-thread walk PyTorch launches for ``native``."""
     if isinstance(native, NativePool):
         return Launch(_ceil(native.outputs, POOL_THREADS), POOL_THREADS, native.taps)
-    if native.kernel == "per_channel":
+    if native.kernel in WALKS:
         tf = _threads_for(native.spatial)
         ty = max(1, MAX_BLOCK_SIZE // tf)
-        return Launch(native.channels, tf * ty,
-                      _ceil(native.n, ty) * _ceil(native.spatial, tf))
+        return Launch(native.channels, tf * ty, WALKS[native.kernel] * _ceil(native.n, ty)
+                      * _ceil(native.spatial, tf))
     tf = max(_threads_for(native.spatial // 4), min(_threads_for(native.spatial), 64))
     tb = max(64 // tf, 1)
     rows = max(1, min(TRANSFORM_BLOCKS // max(native.channels, 1), _ceil(native.n, tb)))

@@ -192,25 +192,26 @@ def _cast_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
 
 
 def _batch_norm_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
-    """cuDNN-style: one pass reduces dY and dY * x_hat per channel (dgamma, dbeta and the sums
-    dX needs: 2 FMAs per element), one elementwise pass writes dX (about 5 ops per element)."""
+    """One kernel per batch norm, as both PyTorch's native ``batch_norm_backward_kernel`` and
+    cuDNN's backward run it: a reduction of dY and dY * x_hat per channel (dgamma, dbeta and
+    the sums dX needs: 2 FMAs per element), then, where x needs a gradient, dX (about 5 ops per
+    element) from a second pass over x and dY. Natively each channel is one block walking its
+    elements once per pass (analyzer.native)."""
     node, y = r.node, r.node.outputs[0]
     x = node.input(0)
     if x is None or not x.known:
         return _rows_bw(r, need)
     ch = x.shape[1] if len(x.shape) > 1 else 1
-    stats = 2 * ch * STATS_BYTES
-    # PyTorch's native backward is one kernel per channel walking it twice (the reduction,
-    # then dX): one walk per kernel here (analyzer.native).
+    stats, rows = 2 * ch * STATS_BYTES, RowDims(ch, x.numel // max(ch, 1))
+    reduce_bytes, flops = _nb(x) + _nb(y) + stats, 4 * x.numel
+    dx = x.name in need
+    if dx:  # the second pass reads x, dY and the statistics again and writes dX
+        reduce_bytes, flops = reduce_bytes + 2 * _nb(y) + _nb(x) + stats, flops + 5 * x.numel
     walk = None if len(x.shape) < 3 else NativeBatchNorm(
-        x.shape[0], ch, prod(x.shape[2:]), "per_channel")
-    out = [("dStats", OpCost("reduction", 4 * x.numel, _nb(x) + _nb(y) + stats, y.dtype,
-                             rows=RowDims(ch, x.numel // max(ch, 1)), elements=2 * ch,
-                             native=walk))]
-    if x.name in need:
-        dx = _elementwise("dX", y.dtype, 2 * _nb(y) + _nb(x) + stats, x.numel, 5)
-        out.append((dx[0], replace(dx[1], native=walk)))
-    return out
+        x.shape[0], ch, prod(x.shape[2:]), "backward" if dx else "per_channel")
+    return [("dX" if dx else "dStats", OpCost(
+        "reduction", flops, reduce_bytes, y.dtype, rows=rows,
+        elements=x.numel if dx else 2 * ch, native=walk))]
 
 
 def _max_pool_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:

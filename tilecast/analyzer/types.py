@@ -165,13 +165,14 @@ class BroadcastReread:
 class NativeBatchNorm:
     """One of PyTorch's native batch-norm kernels on an NCHW input of ``n`` images x
     ``channels`` x ``spatial`` pixels: ``kernel`` is "transform" (the normalize pass, at
-    inference and in training) or "per_channel" (one block per channel walking all of its
-    ``n x spatial`` elements: the batch statistics, and each walk of the backward)."""
+    inference and in training), "per_channel" (one block per channel walking all of its
+    ``n x spatial`` elements: the batch statistics) or "backward" (the same blocks walking
+    the channel twice: the reduction, then dX)."""
 
     n: int
     channels: int
     spatial: int
-    kernel: str  # "transform" | "per_channel"
+    kernel: str  # "transform" | "per_channel" | "backward"
 
 
 @dataclass(frozen=True)
