@@ -245,24 +245,27 @@ def scored(root: Path, conv_grad_truth: str = "Latency",
                     out.append((name, dt, c.latency_ms[m], tc[m], rf[m]))
     truth, kernels, dw, device = grouped_convs(root)
     if len(truth):
-        dev = default_lookup(device)
-        tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
-        rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
-        dtypes = np.array([k.dtype for k in kernels], dtype=object)
+        tc, rf, dtypes = _forecast_kernels(kernels, device, learned, roof)
         for dt in sorted(set(dtypes.tolist())):
             for name, m in (("depthwise", dw & (dtypes == dt)), ("grouped", ~dw & (dtypes == dt))):
                 if m.any():
                     out.append((name, dt, truth[m], tc[m], rf[m]))
     truth, kernels, device = batch_norms(root)
     if len(truth):
-        dev = default_lookup(device)
-        tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
-        rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
-        dtypes = np.array([k.dtype for k in kernels], dtype=object)
+        tc, rf, dtypes = _forecast_kernels(kernels, device, learned, roof)
         for dt in sorted(set(dtypes.tolist())):
             m = dtypes == dt
             out.append(("batch norm (inference)", dt, truth[m], tc[m], rf[m]))
     return out + conv_grads(root, conv_grad_truth)
+
+
+def _forecast_kernels(kernels: list, device: str, learned: OnnxPredictor,
+                      roof: RooflinePredictor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tilecast ms, roofline ms, dtype) of analyzer kernels timed one call each."""
+    dev = default_lookup(device)
+    tc = np.array([p.latency_ms for p in learned.predict(kernels, dev)])
+    rf = np.array([p.latency_ms for p in roof.predict(kernels, dev)])
+    return tc, rf, np.array([k.dtype for k in kernels], dtype=object)
 
 
 def _stats(truth: np.ndarray, pred: np.ndarray) -> str:
