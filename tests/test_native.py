@@ -175,3 +175,14 @@ def test_the_max_pool_gradient_walks_the_windows_over_each_pixel() -> None:
     assert launch(grad.kernel.cost.native) == Launch(401408, 256, 4)
     assert grad.latency_ms >= walk_ms([grad.kernel], load_device("h100"))[0] == pytest.approx(
         0.5717, 1e-3)
+
+
+def test_the_report_says_which_kernels_wait_on_latency() -> None:
+    from tilecast.report import render_table
+
+    model = onnx.parser.parse_model(POOLED)
+    eager = tilecast.analyze(model, "h100")
+    assert [k.kernel.op_type for k in eager.latency_bound] == ["MaxPool"]
+    assert "latency: 1 kernels" in render_table(eager)
+    compiled = tilecast.analyze(model, "h100", runtime="graph")
+    assert not compiled.latency_bound and "latency:" not in render_table(compiled)

@@ -89,6 +89,17 @@ def _alignment_lines(f: Forecast) -> list[str]:
             "50257-wide LM head took 8.2x its forecast, BERT's 30522-wide one 3.2x)"]
 
 
+def _latency_lines(f: Forecast) -> list[str]:
+    walk = f.latency_bound
+    if not walk:
+        return []
+    ms = sum(k.latency_ms for k in walk)
+    return [f"latency: {len(walk)} kernels, {ms:.3f} ms, bound by DRAM latency: PyTorch runs "
+            "them on its own NCHW kernels (batch norm in bf16 or with fp16 weights, max pool), "
+            "one load per thread at a time; fp16 autocast hands batch norm to cuDNN "
+            "(docs/predictor.md, \"Batch norm and max pool on PyTorch's native kernels\")"]
+
+
 def _graph_floor_lines(f: Forecast) -> list[str]:
     low = f.below_graph_floor
     if not low:
@@ -113,7 +124,8 @@ def _unsupported_lines(f: Forecast) -> list[str]:
     if f.incomplete:
         lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
                      "ms of the total; the forecast is incomplete)")
-    return lines + _envelope_lines(f) + _alignment_lines(f) + _graph_floor_lines(f)
+    return (lines + _envelope_lines(f) + _alignment_lines(f) + _latency_lines(f)
+            + _graph_floor_lines(f))
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:

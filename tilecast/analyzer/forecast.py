@@ -208,6 +208,12 @@ class Forecast:
         return tuple(k for k in self.kernels if misaligned_gemm(k.kernel))
 
     @property
+    def latency_bound(self) -> tuple[KernelForecast, ...]:
+        """Kernels held to their DRAM-latency walk: PyTorch's own NCHW batch-norm and max-pool
+        kernels, whose threads wait on one load at a time (``learned.latency_walk``)."""
+        return tuple(k for k in self.kernels if k.bound == "latency")
+
+    @property
     def below_graph_floor(self) -> tuple[KernelForecast, ...]:
         """Under a graph runtime, kernels forecast below ``GRAPH_FLOOR_US``: faster than any
         kernel measured inside a CUDA graph; their time is likely under-forecast."""
