@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Callable
 
 from .analyzer.costs.zero import CPU_ONLY
 from .analyzer.epilogues import FUSED_EPILOGUE
@@ -89,25 +90,24 @@ def _alignment_lines(f: Forecast) -> list[str]:
             "50257-wide LM head took 8.2x its forecast, BERT's 30522-wide one 3.2x)"]
 
 
+def _flagged(kernels: tuple, line: Callable[[int, float], str]) -> list[str]:
+    """One line about ``kernels`` (their count and ms), or none when there are none."""
+    return [line(len(kernels), sum(k.latency_ms for k in kernels))] if kernels else []
+
+
 def _latency_lines(f: Forecast) -> list[str]:
-    walk = f.latency_bound
-    if not walk:
-        return []
-    ms = sum(k.latency_ms for k in walk)
-    return [f"latency: {len(walk)} kernels, {ms:.3f} ms, bound by DRAM latency: PyTorch runs "
-            "them on its own NCHW kernels (batch norm in bf16 or with fp16 weights, max pool), "
-            "one load per thread at a time; fp16 autocast hands batch norm to cuDNN "
-            "(docs/predictor.md, \"Batch norm and max pool on PyTorch's native kernels\")"]
+    return _flagged(f.latency_bound, lambda n, ms: (
+        f"latency: {n} kernels, {ms:.3f} ms, bound by DRAM latency: PyTorch runs them on its "
+        "own NCHW kernels (batch norm in bf16 or with fp16 weights, max pool), one load per "
+        "thread at a time; fp16 autocast hands batch norm to cuDNN (docs/predictor.md, "
+        "\"Batch norm and max pool on PyTorch's native kernels\")"))
 
 
 def _graph_floor_lines(f: Forecast) -> list[str]:
-    low = f.below_graph_floor
-    if not low:
-        return []
-    ms = sum(k.latency_ms for k in low)
-    return [f"graph floor: {len(low)} of {len(f.kernels)} kernels forecast under "
-            f"{GRAPH_FLOOR_US} us each ({ms:.3f} ms); {GRAPH_FLOOR_EVIDENCE}, so these are "
-            "likely low (docs/predictor.md, \"What one block costs inside a CUDA graph\")"]
+    return _flagged(f.below_graph_floor, lambda n, ms: (
+        f"graph floor: {n} of {len(f.kernels)} kernels forecast under {GRAPH_FLOOR_US} us each "
+        f"({ms:.3f} ms); {GRAPH_FLOOR_EVIDENCE}, so these are likely low (docs/predictor.md, "
+        "\"What one block costs inside a CUDA graph\")"))
 
 
 def _counts(counts: dict[str, int]) -> str:
