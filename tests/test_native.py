@@ -186,3 +186,26 @@ def test_the_report_says_which_kernels_wait_on_latency() -> None:
     assert "latency: 1 kernels" in render_table(eager)
     compiled = tilecast.analyze(model, "h100", runtime="graph")
     assert not compiled.latency_bound and "latency:" not in render_table(compiled)
+
+
+@pytest.mark.parametrize("kind", ["transform", "per_channel", "backward"])
+def test_a_batch_norm_floor_never_falls_as_the_tensor_grows(kind) -> None:
+    """PyTorch changes the normalize pass's block shape by band of the map's size (259 pixels:
+    64-thread blocks, 260: 128), which a launch-based floor would carry into a drop; each
+    floor must only grow with the images, the channels and the map (every NVIDIA device)."""
+    for dev in (d for d in list_devices() if d.dram_latency_ns is not None
+                and d.vendor == "nvidia"):
+        for n, c in ((1, 64), (8, 3), (128, 256), (2, 4096)):
+            maps = [_bn(kind, n, c, hw) for hw in range(1, 1100, 3)]
+            images = [_bn(kind, m, c, 196) for m in range(1, 300, 7)]
+            channels = [_bn(kind, n, ch, 49) for ch in range(1, 5000, 37)]
+            for series in (maps, images, channels):
+                floors = walk_ms(series, dev).tolist()
+                assert floors == sorted(floors), (dev.name, kind, n, c)
+
+
+def _bn(kind: str, n: int, c: int, spatial: int) -> Kernel:
+    elements = n * c * spatial
+    return Kernel("bn", ("bn",), "BatchNormalization",
+                  OpCost("elementwise", elements, 4 * elements, "bfloat16", elements=elements,
+                         native=NativeBatchNorm(n, c, spatial, kind)))

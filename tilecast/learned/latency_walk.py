@@ -7,7 +7,18 @@ SM runs only as many of its blocks at once as its thread and block limits allow.
 
     busy >= ceil(blocks / (SMs x resident blocks per SM)) x steps x DRAM latency
 
-with the unloaded latency a pointer chase measures (``Device.dram_latency_ns``, sourced per
+for the walks whose grid is set by the tensor's channels or outputs (the per-channel batch
+norm kernels, max pool), each of which only grows with the tensor. The normalize pass
+(``transform``) fills the GPU with blocks whose shape PyTorch changes by band of the map's size
+(a 260-pixel map runs 128-thread blocks, a 259-pixel one 64-thread blocks), so its launch-based
+floor would fall as the map or the channels grow (by up to 1.7x at a band's edge). Its floor is
+the same law at full occupancy instead, elements over resident threads:
+
+    busy >= ceil(N C H W / (SMs x resident threads per SM)) x DRAM latency
+
+which only grows with the tensor and is 0.81x the launch-based figure over ResNet-50's 53 maps
+(the launch leaves lanes idle in its last step).
+Both use the unloaded latency a pointer chase measures (``Device.dram_latency_ns``, sourced per
 GPU). Little's law on one SM, no fitted constant: a loaded DRAM answers later than an idle one,
 so this floor stays below what such kernels take (docs/predictor.md, "Batch norm and max pool
 on PyTorch's native kernels"). The learned models never saw these kernels (the training data
@@ -24,7 +35,7 @@ import numpy as np
 
 from ..analyzer.native import launch
 from ..analyzer.predictor import Prediction
-from ..analyzer.types import Kernel
+from ..analyzer.types import Kernel, NativeBatchNorm
 from ..device_db.device import Device
 from .device_columns import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM
 from .form import Q_HOST
@@ -42,9 +53,14 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
     threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
     blocks = MAX_BLOCKS_PER_SM.get(device.arch, 32)
     for i, k in enumerate(kernels):
-        if k.cost.native is None:
+        native = k.cost.native
+        if native is None:
             continue
-        run = launch(k.cost.native)
+        if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
+            elements = native.n * native.channels * native.spatial
+            out[i] = -(-elements // (device.sm_count * threads)) * latency_ms
+            continue
+        run = launch(native)
         resident = device.sm_count * max(1, min(threads // run.threads, blocks))
         out[i] = -(-run.blocks // resident) * run.steps * latency_ms
     return out
