@@ -46,10 +46,9 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
     """The floor of each kernel's busy time in ms; NaN where none applies (no native kernel, an
     AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency)."""
     out = np.full(len(kernels), np.nan)
-    latency_ms = device.dram_latency_ns
-    if latency_ms is None or device.vendor != "nvidia":
+    if device.dram_latency_ns is None or device.vendor != "nvidia":
         return out
-    latency_ms *= 1e-6
+    latency_ms = device.dram_latency_ns * 1e-6
     threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
     blocks = MAX_BLOCKS_PER_SM.get(device.arch, 32)
     for i, k in enumerate(kernels):
