@@ -57,24 +57,25 @@ def _threads_for(n: int) -> int:
     return next((t for t in (32, 64, 128, 256) if n <= t), MAX_BLOCK_SIZE)
 
 
-def _ceil(a: int, b: int) -> int:
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` in integers."""
     return -(-a // b)
 
 
 def launch(native: NativeBatchNorm | NativePool) -> Launch:
     """The grid, block and per-thread walk PyTorch launches for ``native``."""
     if isinstance(native, NativePool):
-        return Launch(_ceil(native.outputs, POOL_THREADS), POOL_THREADS, native.taps)
+        return Launch(ceil_div(native.threads, POOL_THREADS), POOL_THREADS, native.taps)
     if native.kernel in WALKS:
         tf = _threads_for(native.spatial)
         ty = max(1, MAX_BLOCK_SIZE // tf)
-        return Launch(native.channels, tf * ty, WALKS[native.kernel] * _ceil(native.n, ty)
-                      * _ceil(native.spatial, tf))
+        return Launch(native.channels, tf * ty, WALKS[native.kernel] * ceil_div(native.n, ty)
+                      * ceil_div(native.spatial, tf))
     tf = max(_threads_for(native.spatial // 4), min(_threads_for(native.spatial), 64))
     tb = max(64 // tf, 1)
-    rows = max(1, min(TRANSFORM_BLOCKS // max(native.channels, 1), _ceil(native.n, tb)))
+    rows = max(1, min(TRANSFORM_BLOCKS // max(native.channels, 1), ceil_div(native.n, tb)))
     return Launch(native.channels * rows, tf * tb,
-                  _ceil(native.n, rows * tb) * _ceil(native.spatial, tf))
+                  ceil_div(native.n, rows * tb) * ceil_div(native.spatial, tf))
 
 
 def runs_native(native: NativeBatchNorm | NativePool, dtype: str, math: str,

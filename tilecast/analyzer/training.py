@@ -33,7 +33,7 @@ from .grad_ops import elementwise_kernel as _elementwise
 from .grad_ops import reduce_to as _reduce_to
 from .grad_ops import tensor_bytes as _nb
 from .graph import Graph
-from .native import POOL_THREADS
+from .native import POOL_THREADS, ceil_div
 from .params import batch_norm_training, check_trainable, parameters, unfold_trained
 from .registry import BACKWARD_STEPS
 from .types import (
@@ -225,8 +225,8 @@ def _max_pool_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
         return out
     strides = r.node.attr("strides") or [1, 1]
     n, c, h, w = x.shape
-    threads = n * c * -(-h * w // POOL_THREADS) * POOL_THREADS
-    windows = prod(-(-k // max(st, 1)) for k, st in zip(kernel, strides, strict=True))
+    threads = n * c * ceil_div(h * w, POOL_THREADS) * POOL_THREADS
+    windows = prod(ceil_div(k, max(st, 1)) for k, st in zip(kernel, strides, strict=True))
     name, cost = out[0]
     return [(name, replace(cost, native=NativePool(threads, windows)))]
 

@@ -177,10 +177,12 @@ class NativeBatchNorm:
 
 @dataclass(frozen=True)
 class NativePool:
-    """PyTorch's native NCHW max pool (``max_pool_forward_nchw``): one thread per output of
-    ``outputs``, each visiting the ``taps`` of its window one load at a time."""
+    """PyTorch's native NCHW max pool: ``threads`` in blocks of 256, each loading ``taps``
+    values one at a time (forward, ``max_pool_forward_nchw``: one thread per output visiting
+    its window; backward, ``max_pool_backward_nchw``: one per input pixel, padded to whole
+    blocks per plane, reading the index of each window that covers it)."""
 
-    outputs: int
+    threads: int
     taps: int
 
 

@@ -33,7 +33,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from ..analyzer.native import launch
+from ..analyzer.native import ceil_div, launch
 from ..analyzer.predictor import Prediction
 from ..analyzer.types import Kernel, NativeBatchNorm
 from ..device_db.device import Device
@@ -55,13 +55,13 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
         native = k.cost.native
         if native is None:
             continue
-        if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
-            elements = native.n * native.channels * native.spatial
-            out[i] = -(-elements // (device.sm_count * threads)) * latency_ms
-            continue
         run = launch(native)
         resident = device.sm_count * max(1, min(threads // run.threads, blocks))
-        out[i] = -(-run.blocks // resident) * run.steps * latency_ms
+        if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
+            elements = native.n * native.channels * native.spatial
+            out[i] = ceil_div(elements, resident * run.threads) * latency_ms
+        else:
+            out[i] = ceil_div(run.blocks, resident) * run.steps * latency_ms
     return out
 
 

@@ -14,6 +14,7 @@ from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.mathmode import apply_autocast, check_math, tf32_kernels
+from ..analyzer.native import select_backend
 from ..analyzer.params import parameters
 from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
@@ -168,6 +169,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     dtype = _update_dtype(results, kernels)
     if math == "tf32":
         kernels = tf32_kernels(kernels)
+    kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)

@@ -11,6 +11,7 @@ import onnx
 from ..analyzer.analysis import NodeResult
 from ..analyzer.forecast import below_graph_floor
 from ..analyzer.graph import build_graph, load_model
+from ..analyzer.native import select_backend
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor
 from ..analyzer.runtime import apply_runtime, check_runtime
@@ -114,8 +115,8 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
     attention = tuple(b for b in s.blocks if b.kind == "attention" and b.core)
     _check(results, attention, s.lm_head, label)
-    kernels = expand_steps(results, group_kernels(graph, results) if fusion
-                           else node_kernels(results))
+    kernels = select_backend(expand_steps(results, group_kernels(graph, results) if fusion
+                                          else node_kernels(results)), "graph", runtime)
     return _Decoder(label, results, s, attention, tuple(kernels),
                     min(sequence_length(results, b) for b in attention), graph_batch(graph))
 
