@@ -95,6 +95,46 @@ def test_training_marks_each_native_pass() -> None:
     assert all(k.kernel.cost.native is None for k in _bn_kernels("amp-fp16"))
 
 
+def _forward_bn(mode: str, math: str, runtime: str = "eager") -> list:
+    f = tilecast.analyze(onnx.parser.parse_model(CNN), "h100", mode=mode, math=math,
+                         runtime=runtime)
+    return [k.kernel for k in f.kernels
+            if k.kernel.op_type.startswith("BatchNorm") and k.kernel.phase == "forward"]
+
+
+@pytest.mark.parametrize("mode, math, runtime, expected", [
+    # PyTorch's own kernels (the H100 traces: direct_copy_kernel_cuda and
+    # batch_norm_calc_invstd before each inference transform; one
+    # unrolled_elementwise_kernel_for_multi_outputs after each training statistics pass)
+    ("inference", "amp-bf16", "eager",
+     [("BatchNormMeanCopy", True), ("BatchNormInvstd", True), ("BatchNormalization", False)]),
+    ("inference", "amp-bf16", "cudagraph",
+     [("BatchNormMeanCopy", True), ("BatchNormInvstd", True), ("BatchNormalization", False)]),
+    ("training", "amp-bf16", "eager",
+     [("BatchNormStats", False), ("BatchNormUpdateStats", True), ("BatchNormalization", True)]),
+    # cuDNN's batch norm (fp16 autocast keeps fp32 weights): one launch per pass
+    ("inference", "amp-fp16", "eager", [("BatchNormalization", False)]),
+    ("training", "amp-fp16", "eager", [("BatchNormStats", False), ("BatchNormalization", True)]),
+    # a compiled graph folds the inference batch norm into the conv
+    ("inference", "amp-bf16", "graph", []),
+])
+def test_pytorchs_batch_norm_launches_its_per_channel_kernels(mode, math, runtime,
+                                                               expected) -> None:
+    assert [(k.op_type, k.follow_on) for k in _forward_bn(mode, math, runtime)] == expected
+
+
+def test_a_per_channel_kernel_moves_the_fp32_statistics_of_the_channels() -> None:
+    # 16 channels of fp32: the copy reads and writes one vector (128 B), the inversion too;
+    # the training update reads the batch and running mean and variance and writes the
+    # running ones and the inverse (7 vectors, 448 B)
+    infer = {k.op_type: k.cost for k in _forward_bn("inference", "amp-bf16")}
+    train = {k.op_type: k.cost for k in _forward_bn("training", "amp-bf16")}
+    costs = (infer["BatchNormMeanCopy"], infer["BatchNormInvstd"], train["BatchNormUpdateStats"])
+    assert [(c.bytes, c.elements, c.dtype, c.family) for c in costs] == [
+        (128, 16, "float32", "elementwise"), (128, 16, "float32", "elementwise"),
+        (448, 16, "float32", "elementwise")]
+
+
 def test_the_walk_holds_a_native_kernel_above_the_copy_rate() -> None:
     """bf16 statistics of 32 x 16 x 28 x 28 on an H100: 16 blocks of 512 threads (tf = 512:
     784 pixels), each thread 32 x ceil(784 / 512) = 64 loads of 375.1 ns: 24.0 us at least,

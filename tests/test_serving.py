@@ -26,6 +26,7 @@ from tilecast.serving import (
     decode_kernels,
 )
 from tilecast.serving.decode import prefill_kernels
+from tilecast.serving.report import render_serving
 
 # 2 layers, hidden 64 (4 heads of 16), 32 tokens, batch 2, vocabulary 1000, fp32.
 GPT = dict(layers=2, hidden=64, heads=4, seq=32, batch=2, vocab=1000)
@@ -142,7 +143,8 @@ def test_forecast_of_a_model():
     big = analyze_serving(gpt2_like(**GPT), "a100-sxm4-80gb", generate=9, batch=64,
                           predictor="roofline")
     assert big.batch == 64 and big.kv_bytes_per_token == f.kv_bytes_per_token
-    assert big.prefill_ms > f.prefill_ms and big.tokens_per_s > f.tokens_per_s
+    # host-bound at both batches (every kernel shorter than its dispatch): never faster
+    assert big.prefill_ms >= f.prefill_ms and big.tokens_per_s > f.tokens_per_s
     with pytest.raises(TilecastError, match="batch must be 1 to"):
         analyze_serving(gpt2_like(**GPT), "h100", generate=4, batch=0)
 
@@ -189,10 +191,12 @@ def test_a_fused_attention_graph_serves_as_its_eager_twin_decodes(kw):
 
 
 @pytest.mark.parametrize("runtime", ["eager", "graph", "cudagraph"])
-def test_a_decode_steps_kernels_under_the_in_graph_floor_are_counted(tmp_path, runtime):
-    # The tiny decoder's decode step: every kernel a few kilobytes. Under a graph runtime
-    # each is its 0.5 us launch and a near-zero busy time, under the 0.9 us no kernel
-    # undercut in a CUDA graph on our Hoppers; eager charges the host's dispatch instead.
+def test_a_decode_steps_kernels_under_the_in_graph_floor_are_counted(monkeypatch, runtime):
+    # The tiny decoder's decode step: every kernel a few kilobytes. With no DRAM latency for
+    # the GPU's vendor, under a graph runtime each is its 0.5 us launch and a near-zero busy
+    # time, under the 0.9 us no kernel undercut in a CUDA graph on our Hoppers; eager charges
+    # the host's dispatch instead.
+    monkeypatch.setattr("tilecast.analyzer.runtime.lowest_dram_latency_ns", lambda vendor: None)
     f = analyze_serving(gpt2_like(**GPT), "h100", generate=4, runtime=runtime)
     doc = f.to_dict()["graph_floor"]
     if runtime == "eager":
@@ -201,11 +205,7 @@ def test_a_decode_steps_kernels_under_the_in_graph_floor_are_counted(tmp_path, r
     assert f.graph_floor.kernels > 10 and 0 < f.graph_floor.ms < f.decode[0].latency_ms
     assert doc["kernels"] == f.graph_floor.kernels
     assert doc["ms"] == pytest.approx(f.graph_floor.ms, rel=1e-5)
-    path = tmp_path / "gpt.onnx"
-    onnx.save(gpt2_like(**GPT), str(path))
-    out = CliRunner().invoke(main, ["serve", str(path), "-d", "h100", "--generate", "4",
-                                    "--runtime", runtime])
-    assert f"graph floor: {f.graph_floor.kernels:,} kernels" in out.output, out.output
+    assert f"graph floor: {f.graph_floor.kernels:,} kernels" in render_serving(f, "table")
 
 
 def test_a_graph_without_attention_is_an_error():

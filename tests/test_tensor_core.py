@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
+from tilecast.analyzer.runtime import GRAPH_KERNEL_LAUNCH_US, lone_kernel_ms
 from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
 from tilecast.device_db import list_devices, load_device
+from tilecast.learned import tensor_core
 from tilecast.learned.predictor import default_predictor
+from tilecast.learned.tensor_core import LAYOUT_KERNELS
 
 
 def _gemm(m: int, dtype: str = "float16", n: int | None = None, k: int | None = None) -> Kernel:
@@ -139,6 +143,21 @@ def test_an_nchw_tensor_core_conv_pays_for_its_layout_transposes(device: str) ->
     floor_ms = moved / dev.mem_bandwidth_gbps * 1e-6  # those bytes at the datasheet bandwidth
     assert with_layout.gpu_ms - gemm.gpu_ms > floor_ms
     assert with_layout.gpu_ms - gemm.gpu_ms < 2.5 * floor_ms
+
+
+@pytest.mark.parametrize("device", ["h100-sxm5-80gb", "a100-sxm4-80gb", "t4"])
+def test_a_small_conv_pays_three_layout_kernels(device: str) -> None:
+    # 1 x 512 x 7 x 7 -> 512, 3x3 in bf16 (ResNet-50's last stage at batch 1): X, W and Y are
+    # 50 kB, 4.7 MB and 50 kB, each moved by a kernel of its own (the H100 replay: two
+    # nchwToNhwcKernel and one nhwcToNchwKernel per such conv, 1.8-2.3 us each); their bytes
+    # alone stream in about a microsecond, three queued kernels take longer
+    dev = load_device(device)
+    conv = _conv(1, 512, 512, 7, 3)
+    p = default_predictor().predict([conv], dev)[0]
+    lone = LAYOUT_KERNELS * (lone_kernel_ms(dev) + GRAPH_KERNEL_LAUNCH_US * 1e-3)
+    assert p.layout_ms >= lone
+    assert tensor_core.transposes_ms(np.array([0.0, 1e-6, 1.0]), dev).tolist() == [
+        0.0, lone, 1.0]
 
 
 @pytest.mark.parametrize("bias", [False, True])

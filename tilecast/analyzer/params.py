@@ -131,9 +131,13 @@ def check_trainable(results: Sequence[NodeResult]) -> None:
             "as a MatMul/Gemm/Conv weight, normalization scale or embedding table)")
 
 
+STATS_OP = "BatchNormStats"  # the training pass that computes a batch norm's batch statistics
+
+
 def batch_norm_training(forward: Sequence[Kernel]) -> list[Kernel]:
     """Each BatchNormalization kernel becomes its two training passes: per-channel batch
-    statistics (read x, write mean and variance) and the normalize pass (read x, write y)."""
+    statistics (read x, write mean and variance) and the normalize pass (read x, write y),
+    which the same op launches (``follow_on``: no second host dispatch)."""
     out: list[Kernel] = []
     for k in forward:
         c = k.cost
@@ -143,10 +147,10 @@ def batch_norm_training(forward: Sequence[Kernel]) -> list[Kernel]:
         ch, n = c.rows.rows, c.rows.rows * c.rows.cols
         xb, stats = int(n * DTYPE_SIZE.get(c.dtype, 4)), 2 * ch * 4
         walk = None if c.native is None else replace(c.native, kernel="per_channel")
-        out.append(replace(k, name=f"{k.name}.stats", op_type="BatchNormStats",
+        out.append(replace(k, name=f"{k.name}.stats", op_type=STATS_OP,
                            cost=OpCost("reduction", STATS_FLOPS * n, xb + stats, c.dtype,
                                        rows=c.rows, elements=2 * ch, native=walk)))
-        out.append(replace(k, cost=OpCost("elementwise", NORMALIZE_FLOPS * n,
-                                          2 * xb + 2 * stats, c.dtype, elements=n,
-                                          native=c.native)))
+        out.append(replace(k, follow_on=True,
+                           cost=OpCost("elementwise", NORMALIZE_FLOPS * n, 2 * xb + 2 * stats,
+                                       c.dtype, elements=n, native=c.native)))
     return out

@@ -136,7 +136,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     if math == "tf32":
         kernels = tf32_kernels(kernels)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
-    preds = apply_runtime(pred.predict(kernels, dev), dev, runtime)
+    preds = apply_runtime(pred.predict(kernels, dev), dev, runtime, kernels)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped)
                for k, p in zip(kernels, preds, strict=True))
     return Forecast(

@@ -27,6 +27,15 @@ predictor:
   H100 ResNet-50 bf16 replay runs 106 batch-norm kernels, 8.6 of its 27.5 ms at batch 256
   (datasets/h100-sxm5-80gb/traces).
 
+Under every runtime a queued kernel's own work (its GPU time less the per-launch part) is at
+least :func:`lone_kernel_ms`: a DRAM round trip for its loads and another for its stores to
+complete, at the shortest ``Device.dram_latency_ns`` sourced for the vendor (NVIDIA 253.8 ns,
+AMD 391.2). The per-launch part is learned from per-op timings, which cannot split the host's
+launch from a block's own latency, so subtracting all of it charged a lone block nothing but
+the in-graph launch. Our H100 and H200 ran each family's smallest kernel in a CUDA graph in
+0.90-6.6 us, above the floor's 0.51 us (docs/math-and-runtimes.md, "A queued kernel's
+shortest time").
+
 The two constants live here, once, with their sources (docs/math-and-runtimes.md).
 """
 
@@ -37,9 +46,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 from ..device_db.device import Device
+from ..device_db.loader import lowest_dram_latency_ns
 from ..errors import TilecastError
 from .analysis import NodeResult
 from .predictor import Prediction
+from .types import Kernel
 
 RUNTIMES = ("eager", "graph", "cudagraph")
 # The runtimes that run PyTorch's eager kernels (a CUDA-graph replay captures exactly those):
@@ -58,6 +69,11 @@ HOST_DISPATCH_US = 10.0
 # also the gap between two kernels already queued in an eager stream (the GPU's end-of-grid
 # to next-grid start, with no host in between).
 GRAPH_KERNEL_LAUNCH_US = 0.5
+# A kernel an op launches from C++ after its first (``Kernel.follow_on``) skips the Python and
+# dispatcher path: the host pays the launch call alone, ~3 of the ~10 us above. tilecast
+# charges that share of the kernel's predicted dispatch, so it scales with the measuring host
+# as the dispatch does.
+FOLLOW_ON_SHARE = 3.0 / HOST_DISPATCH_US
 FOLDED_BN = "folded into Conv (graph runtime)"
 
 
@@ -71,22 +87,38 @@ def predictor_launch_ms(device: Device) -> float:
     return device.launch_overhead_us * 1e-3
 
 
-def _busy_ms(p: Prediction, launch_ms: float) -> float:
+def _busy_ms(p: Prediction, launch_ms: float, floor_ms: float = 0.0,
+             dropped_ms: float = 0.0) -> float:
     """The kernel's own GPU work: its GPU time less the per-launch part the predictor knows
-    (``fixed_ms``), or less the device's launch overhead when it does not say."""
+    (``fixed_ms``), or less the device's launch overhead when it does not say, and less
+    ``dropped_ms`` (work the runtime does not run); never below ``floor_ms``."""
     gpu = p.gpu_ms if p.gpu_ms is not None else p.latency_ms
-    return max(gpu - (p.fixed_ms if p.fixed_ms is not None else launch_ms), 0.0)
+    return max(gpu - (p.fixed_ms if p.fixed_ms is not None else launch_ms) - dropped_ms,
+               floor_ms)
 
 
-def _eager(preds: Sequence[Prediction], device: Device) -> list[Prediction]:
+def lone_kernel_ms(device: Device) -> float:
+    """The shortest a queued kernel can run once its launch is hidden: one DRAM round trip for
+    its loads and one for its stores to complete (module doc), at the shortest latency sourced
+    for any GPU of the device's vendor. One bound for every GPU of a vendor: latencies are
+    sourced for about half of the database, and a GPU's own would rank it behind an
+    unmeasured one for want of a measurement."""
+    ns = lowest_dram_latency_ns(device.vendor)
+    return 0.0 if ns is None else 2.0 * ns * 1e-6
+
+
+def _eager(preds: Sequence[Prediction], device: Device,
+           follow_on: Sequence[bool]) -> list[Prediction]:
     """The host queue (module docstring): a queued kernel pays its work and the GPU's
     inter-kernel gap, one the GPU waits for pays the launch latency after its dispatch."""
     out, end, issued = [], 0.0, 0.0
     launch, gap = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
-    for p in preds:
-        issued += p.host_ms if p.host_ms is not None else HOST_DISPATCH_US * 1e-3
+    floor = lone_kernel_ms(device)
+    for p, inner in zip(preds, follow_on, strict=True):
+        host = p.host_ms if p.host_ms is not None else HOST_DISPATCH_US * 1e-3
+        issued += host * FOLLOW_ON_SHARE if inner else host
         start = max(end + gap, issued + launch)
-        new_end = start + _busy_ms(p, launch)
+        new_end = start + _busy_ms(p, launch, floor)
         waited = issued > end  # the GPU sat idle for the host
         bound = "overhead" if waited and issued - end >= p.latency_ms else p.bound
         out.append(replace(p, latency_ms=new_end - end, bound=bound))
@@ -98,17 +130,20 @@ def _graph(preds: Sequence[Prediction], device: Device, compiled: bool) -> list[
     """One launch for the pass; ``compiled`` (the ``graph`` runtime) also picks NHWC layouts
     for tensor-core convs, so cuDNN's NCHW <-> NHWC transposes (``layout_ms``) are not run."""
     launch, graph_launch = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
-    return [replace(p, latency_ms=max(_busy_ms(p, launch) - (p.layout_ms if compiled else 0.0),
-                                      0.0) + graph_launch)
+    floor = lone_kernel_ms(device)
+    return [replace(p, latency_ms=_busy_ms(p, launch, floor, p.layout_ms if compiled else 0.0)
+                    + graph_launch)
             for p in preds]
 
 
-def apply_runtime(preds: Sequence[Prediction], device: Device,
-                  runtime: str) -> list[Prediction]:
-    """Kernel GPU times (in launch order) -> the time each adds to the pass under ``runtime``."""
+def apply_runtime(preds: Sequence[Prediction], device: Device, runtime: str,
+                  kernels: Sequence[Kernel] | None = None) -> list[Prediction]:
+    """Kernel GPU times (in launch order) -> the time each adds to the pass under ``runtime``.
+    ``kernels``, the predicted kernels, say which are follow-on launches (eager only)."""
     check_runtime(runtime)
     if runtime == "eager":
-        return _eager(preds, device)
+        inner = [k.follow_on for k in kernels] if kernels is not None else [False] * len(preds)
+        return _eager(preds, device, inner)
     return _graph(preds, device, compiled=runtime == "graph")
 
 

@@ -232,6 +232,10 @@ class Kernel:
     cost: OpCost
     phase: str = "forward"  # forward | backward | update
     group: int | None = None  # fusion group id
+    # Launched from C++ by the op that launched the kernel before it (a native batch norm's
+    # per-channel kernels and normalize pass): an eager host pays the launch call alone, not
+    # another Python and dispatcher pass (``analyzer.runtime``).
+    follow_on: bool = False
 
     @property
     def family(self) -> str:

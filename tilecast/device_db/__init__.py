@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from .device import MATRIX_DTYPES, Device, Interconnect
-from .loader import list_devices, load_device, load_device_file, parse_device, resolve_name
+from .loader import (
+    list_devices,
+    load_device,
+    load_device_file,
+    lowest_dram_latency_ns,
+    parse_device,
+    resolve_name,
+)
 
 __all__ = [
     "MATRIX_DTYPES",
@@ -12,6 +19,7 @@ __all__ = [
     "list_devices",
     "load_device",
     "load_device_file",
+    "lowest_dram_latency_ns",
     "parse_device",
     "resolve_name",
 ]

@@ -363,6 +363,14 @@ def list_devices() -> list[Device]:
     return list(_database().devices)
 
 
+def lowest_dram_latency_ns(vendor: str) -> float | None:
+    """The shortest sourced DRAM latency among the shipped GPUs of ``vendor`` (None if none
+    has one): a lower bound for every GPU of that vendor."""
+    known = [d.dram_latency_ns for d in _database().devices
+             if d.vendor == vendor and d.dram_latency_ns is not None]
+    return min(known) if known else None
+
+
 def _close_matches(name: str, limit: int = 6) -> list[str]:
     """Names containing the query first (shortest first: "a100" -> the A100s), then difflib's."""
     index = _database().index

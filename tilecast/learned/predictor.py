@@ -215,7 +215,7 @@ class OnnxPredictor:
         n = len(dtype)
         transposes = np.zeros(n)
         transposes[has] = both[n:]
-        return both[:n], transposes
+        return both[:n], tensor_core.transposes_ms(transposes, device)
 
     def _stream_ms(self, dram_ms: np.ndarray, cached_ms: np.ndarray, dtype: np.ndarray,
                    itemsize: np.ndarray, device: Device) -> np.ndarray:

@@ -36,6 +36,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..analyzer.runtime import GRAPH_KERNEL_LAUNCH_US, lone_kernel_ms
+from ..device_db.device import Device
 from .features import Features
 from .form import P_BUSY, Q_HOST
 from .routing import Parts
@@ -65,7 +67,8 @@ def nchw_transpose_bytes(p: Parts, mask: np.ndarray, conv: np.ndarray,
     ``nchwToNhwcKernel`` for X and W before the GEMM and ``nhwcToNchwKernel`` for Y after it
     (datasets/h100-sxm5-80gb: 186 of 221 NCHW rows that are not 1x1 stride 1, and every
     3x3 and strided conv of ResNet-50's batch-1 trace; no channels-last row): each of its
-    tensors is read and written once more, ``2 x bytes``. A training step's gradients run the
+    tensors is read and written once more, ``2 x bytes``, by a kernel of its own
+    (``LAYOUT_KERNELS``, ``transposes_ms``). A training step's gradients run the
     same way (stop 48's lease, NCHW dense rows that are not 1x1 stride 1: 45 of 45 data
     gradients transpose dY and W in and dX out, 42 of 45 weight gradients X and dY in and dW
     out), so the rule needs no telling which operand is the weight. (Until stop 48 it
@@ -85,6 +88,22 @@ def nchw_transpose_bytes(p: Parts, mask: np.ndarray, conv: np.ndarray,
     x = np.maximum(nbytes - itemsize * p.n[mask] * p.k[mask] - y, 0.0)
     pointwise = np.abs(x - itemsize * p.m[mask] * p.k[mask]) <= itemsize * p.n[mask]
     return np.where(conv & ~pointwise, 2.0 * nbytes, 0.0)
+
+
+# The layout kernels around an NCHW conv: X and W in, Y out (a gradient: its two inputs in,
+# its output out). Which tensor is which does not matter: each is its own launch.
+LAYOUT_KERNELS = 3
+
+
+def transposes_ms(stream_ms: np.ndarray, device: Device) -> np.ndarray:
+    """The time the layout transposes add in series, per row (``stream_ms``: the streaming
+    time of all their bytes, 0 where none run): each is a kernel of its own, so together they
+    take at least ``LAYOUT_KERNELS`` queued kernels' shortest time, and each adds a gap to the
+    next kernel (``analyzer.runtime``). At batch 1 that is most of it: ResNet-50's replay on
+    our H100 runs 60 of them at 1.8-2.3 us each, where their bytes stream in a few hundred
+    ns."""
+    floor = LAYOUT_KERNELS * (lone_kernel_ms(device) + GRAPH_KERNEL_LAUNCH_US * 1e-3)
+    return np.where(stream_ms > 0, np.maximum(stream_ms, floor), 0.0)
 
 
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,

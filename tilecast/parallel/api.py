@@ -101,7 +101,7 @@ def _add_loss(last: Segment, logits: TensorInfo, layout: Layout, pred: Predictor
     lk = cross_entropy(logits.numel // vocab // layout.cp, vocab, logits.dtype, layout.tp)
     for kernels, phase in ((lk.forward, "forward"), (lk.backward, "backward")):
         ms = sum(p.latency_ms for p in apply_runtime(pred.predict(list(kernels), device),
-                                                     device, runtime))
+                                                     device, runtime, kernels))
         flops = sum(k.flops for k in kernels)
         if phase == "forward":
             last.fwd_ms, last.fwd_flops = last.fwd_ms + ms, last.fwd_flops + flops
@@ -172,7 +172,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
-    preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime)
+    preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime, kernels)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))

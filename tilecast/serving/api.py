@@ -142,7 +142,7 @@ class _Runner:
                  weights: Sequence[float] | None = None) -> tuple[float, bool, GraphFloor]:
         """(ms, extrapolated, the kernels under the in-graph floor) of one pass."""
         preds = apply_runtime(self.pred.predict(list(kernels), self.device), self.device,
-                              self.runtime)
+                              self.runtime, kernels)
         share = [weights[n] if weights else 1.0 for n in range(len(preds))]
         repeats = [1.0] * len(preds)
         if self.depth.target != self.depth.graph:
