@@ -127,25 +127,22 @@ def select_backend(kernels: Sequence[Kernel], math: str, runtime: str) -> list[K
     kernels, and each native batch norm's per-channel kernels beside its walks (module doc):
     before an inference transform, after a training statistics pass."""
     out: list[Kernel] = []
+    with_stats: set[tuple[str, ...]] = set()  # nodes whose transform uses batch statistics
     for k in kernels:
         native = k.cost.native
         if native is None:
             out.append(k)
         elif not runs_native(native, k.dtype, math, runtime):
             out.append(replace(k, cost=replace(k.cost, native=None)))
-        elif k.op_type == "BatchNormalization" and native.kernel == "transform" \
-                and not _after_stats(out, k):
-            out += [*channel_kernels(k, INFERENCE_PASSES), k]
         elif k.op_type == STATS_OP:
+            with_stats.add(k.nodes)
             out += [k, *channel_kernels(k, TRAINING_PASSES)]
+        elif k.op_type == "BatchNormalization" and native.kernel == "transform" \
+                and k.nodes not in with_stats:
+            out += [*channel_kernels(k, INFERENCE_PASSES), k]
         else:
             out.append(k)
     return out
-
-
-def _after_stats(done: Sequence[Kernel], k: Kernel) -> bool:
-    """A transform that normalizes with the batch statistics a training pass just computed."""
-    return any(d.op_type == STATS_OP and d.nodes == k.nodes for d in done)
 
 
 def channel_kernels(k: Kernel, passes: Sequence[ChannelPass]) -> list[Kernel]:

@@ -63,7 +63,8 @@ PYTORCH_RUNTIMES = frozenset({"eager", "cudagraph"})
 # cudaLaunchKernel call (back-to-back async launches issue every 3.8 us in NVIDIA's "Getting
 # Started with CUDA Graphs", https://developer.nvidia.com/blog/cuda-graphs/ , an upper bound on
 # the API's host cost). tilecast uses 10 us: ~7 us of framework plus ~3 us of launch call.
-HOST_DISPATCH_US = 10.0
+LAUNCH_CALL_US = 3.0
+HOST_DISPATCH_US = 7.0 + LAUNCH_CALL_US
 # Per-kernel cost inside a CUDA graph: in the same NVIDIA blog, 2.9 us kernels take 3.4 us
 # each when launched as one graph (3.8 us as separate launches): ~0.5 us per kernel. It is
 # also the gap between two kernels already queued in an eager stream (the GPU's end-of-grid
@@ -73,7 +74,7 @@ GRAPH_KERNEL_LAUNCH_US = 0.5
 # dispatcher path: the host pays the launch call alone, ~3 of the ~10 us above. tilecast
 # charges that share of the kernel's predicted dispatch, so it scales with the measuring host
 # as the dispatch does.
-FOLLOW_ON_SHARE = 3.0 / HOST_DISPATCH_US
+FOLLOW_ON_SHARE = LAUNCH_CALL_US / HOST_DISPATCH_US
 FOLDED_BN = "folded into Conv (graph runtime)"
 
 
