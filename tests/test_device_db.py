@@ -270,6 +270,16 @@ def test_peak_tflops_semantics() -> None:
     assert load_device("mi210").peak_tflops("float32", "matrix") == 45.3
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_vector_work_runs_at_the_fp32_peak_in_16_bit(dtype: str) -> None:
+    # PyTorch computes 16-bit elementwise, softmax and norm math in fp32 (at::opmath_type), so
+    # their peak is fp32's; only a GEMM without matrix units issues packed half2 FMAs.
+    for device in list_devices():
+        assert device.peak_tflops(dtype, "vector") == device.peak_tflops_fp32, device.name
+    p100 = load_device("p100")  # no tensor cores: an fp16 GEMM runs half2 on CUDA cores
+    assert p100.peak_tflops("float16", "matrix") == p100.peak_tflops_fp16_vector > 9.3
+
+
 # ---- the older NeuSight format --------------------------------------------------------------
 def test_legacy_nvidia_json_converts(tmp_path: Path) -> None:
     path = _write(tmp_path, {

@@ -82,7 +82,14 @@ class Device:
 
         fp32 matmuls use the vector peak on NVIDIA (PyTorch's default disables TF32) and the
         fp32 matrix peak where the GPU has one (AMD CDNA). 16-bit and 8-bit matmuls use the
-        matrix peak of that dtype, falling back to fp16's and then to the vector peak.
+        matrix peak of that dtype, falling back to fp16's and then to the packed 16-bit vector
+        peak (a GEMM on CUDA cores issues half2 FMAs).
+
+        Vector-unit work (elementwise ops, reductions, softmax, norms) runs at the fp32 peak in
+        every dtype: PyTorch's kernels load fp16 / bf16 values and compute in fp32
+        (``at::opmath_type`` and ``acc_type`` map Half and BFloat16 to float; ATen/OpMathType.h:
+        "For FP16 or BFloat16 inputs, ops should perform internal math in FP32"), so the packed
+        16-bit rate is not theirs.
         """
         if unit == "matrix":
             if dtype in ("float32", "float64"):
@@ -97,8 +104,8 @@ class Device:
             }.get(key or "")
             if peak:
                 return peak
-        if dtype in ("float16", "bfloat16") and self.peak_tflops_fp16_vector:
-            return self.peak_tflops_fp16_vector
+            if dtype in ("float16", "bfloat16") and self.peak_tflops_fp16_vector:
+                return self.peak_tflops_fp16_vector
         return self.peak_tflops_fp32
 
     @property
