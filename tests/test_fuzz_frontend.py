@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import tempfile
 from pathlib import Path
 
@@ -115,6 +116,23 @@ def test_analyze_raises_only_tilecast_errors(base, mutations, batch, extra):
     dims = {n: batch for n in names} | ({"sequence": 3} if extra else {})
     with contextlib.suppress(TilecastError):
         tilecast.analyze(model, "l4", dims=dims, predictor="roofline")
+
+
+@settings(SETTINGS, max_examples=40)
+@given(base=st.sampled_from(["cnn", "gpt2"]), mutations=st.lists(MUTATION, min_size=1, max_size=3),
+       training=st.booleans(), runtime=st.sampled_from(["eager", "graph"]))
+def test_learned_forecasts_of_mutated_graphs_are_finite(base, mutations, training, runtime):
+    # Through the learned predictor and the training step too: a graph that analyzes gets a
+    # finite forecast with no negative count (an empty conv output once forecast NaN, and an
+    # anonymous input dim gave its gradient sums negative element counts, which NaN spread
+    # through the eager runtime's running clock to every later kernel).
+    model = _mutated(base, mutations)
+    mode = "training" if training else "inference"
+    with contextlib.suppress(TilecastError):
+        f = tilecast.analyze(model, "h100", dims={"batch": 2}, mode=mode, runtime=runtime)
+        assert math.isfinite(f.total_ms) and f.total_ms >= 0
+        assert all(min(k.kernel.flops, k.kernel.bytes, k.kernel.cost.elements) >= 0
+                   for k in f.kernels)
 
 
 def _one_error_line_or_success(args: list[str]) -> None:

@@ -20,7 +20,7 @@ from tilecast.cli import main
 from tilecast.device_db.device import ARCHS, GENERIC_ARCH
 from tilecast.device_db.loader import GPUS_DIR, load_device
 from tilecast.device_db.schema import device_schema
-from tilecast.errors import ConfigError, DeviceError, InvalidGraphError
+from tilecast.errors import ConfigError, DeviceError, InvalidGraphError, PredictorError
 from tilecast.gate.baseline import baseline_schema, baseline_text, load_saved, model_inputs
 from tilecast.learned import features, tiles
 from tilecast.learned.dataset import read_csv
@@ -322,3 +322,32 @@ def test_gate_fails_closed_on_corrupt_inputs(gate_repo: Path, target: str, conte
 def test_gate_fails_closed_on_missing_baseline(gate_repo: Path):
     (gate_repo / ".tilecast" / "m.json").unlink()
     assert "no baseline at .tilecast/m.json" in one_error(run("gate"))
+
+
+# A window larger than its input (wav2vec2's feature convs bound to 8 audio samples): the conv
+# model divided by zero tiles and the eager runtime spread the NaN to every later kernel.
+WINDOW = """<ir_version: 8, opset_import: ["" : 17]>
+g (float[1,3,2,2] x, float[4,3,3,3] w) => (y) {{
+  y = {op}
+}}"""
+
+
+@pytest.mark.parametrize("op", ["Conv(x, w)", "MaxPool<kernel_shape=[3,3]>(x)",
+                                "AveragePool<kernel_shape=[3,3]>(x)"])
+def test_a_window_larger_than_its_input_is_named(tmp_path: Path, op: str):
+    path = tmp_path / "w.onnx"
+    onnx.save(onnx.parser.parse_model(WINDOW.format(op=op)), path)
+    error = one_error(run("analyze", path, "-d", "h100"))
+    assert "output [1, " in error and "is empty: the input is smaller than the window" in error
+
+
+def test_a_predictor_returning_nan_is_an_error_naming_the_kernel(monkeypatch: pytest.MonkeyPatch):
+    from tilecast.analyzer.predictor import Prediction, RooflinePredictor
+
+    def nan_predict(self, kernels, device):
+        return [Prediction(latency_ms=math.nan, bound="memory") for _ in kernels]
+
+    monkeypatch.setattr(RooflinePredictor, "predict", nan_predict)
+    nan_named = r"returned latency nan ms for kernel 'Add_0' \(Add, float32"
+    with pytest.raises(PredictorError, match=nan_named):
+        tilecast.analyze(onnx.parser.parse_model(GRAPH), "h100", predictor="roofline")

@@ -391,3 +391,17 @@ def test_clip_before_opset_11_reads_its_bounds_from_attributes():
     # both bounds: two compares, the and, the select (as Clip_1 above)
     assert [k.kernel.name for k in f.kernels if k.kernel.op_type == "ClipGrad"] == [
         "Clip_1.d0_bound0", "Clip_1.d0_bound1", "Clip_1.d0_and", "Clip_1.d0"]
+
+
+def test_an_anonymous_input_dim_trains_to_a_flagged_finite_step():
+    # An unnamed input dim leaves the activations unshaped. Their gradients were costed from
+    # the shapes' -1 placeholder: negative element counts, and a NaN the eager runtime's
+    # running clock spread to every later kernel. They are flagged estimates now.
+    model = _model(MLP.replace("y = Add(a, x)", "y = Add(a, hb)"))  # hb: two gradients to sum
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = ""
+    f = tilecast.analyze(model, "h100", mode="training")
+    assert f.incomplete and f.total_ms > 0 and f.total_ms == f.total_ms
+    assert all(min(k.kernel.flops, k.kernel.bytes, k.kernel.cost.elements) >= 0
+               for k in f.kernels)
+    sums = [k for k in f.kernels if k.kernel.op_type == "GradSum"]
+    assert sums and all(k.kernel.cost.estimated for k in sums)

@@ -20,7 +20,7 @@ from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
 from .mathmode import apply_autocast, check_math, fold_weight_casts, tf32_kernels
 from .native import select_backend
-from .predictor import Predictor, RooflinePredictor
+from .predictor import Predictor, RooflinePredictor, predict_checked
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
 from .steps import expand_steps
@@ -136,7 +136,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     if math == "tf32":
         kernels = tf32_kernels(kernels)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
-    preds = apply_runtime(pred.predict(kernels, dev), dev, runtime, kernels)
+    preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped)
                for k, p in zip(kernels, preds, strict=True))
     return Forecast(

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from math import isfinite
 from typing import Protocol, runtime_checkable
 
 from ..device_db.device import Device
+from ..errors import PredictorError
 from .types import Kernel
 
 # "latency": held to the DRAM-latency walk of a kernel whose threads keep one load in flight
@@ -40,6 +42,20 @@ class Predictor(Protocol):
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         """One prediction per kernel, in order."""
         ...
+
+
+def predict_checked(pred: Predictor, kernels: Sequence[Kernel], device: Device,
+                    ) -> list[Prediction]:
+    """``pred``'s predictions, each latency checked to be a finite, non-negative number: one
+    that is not (a user's predictor file, or a degenerate kernel) would turn the eager
+    runtime's running clock, and every kernel after it, into NaN."""
+    preds = pred.predict(kernels, device)
+    for k, p in zip(kernels, preds, strict=True):
+        if not (isfinite(p.latency_ms) and p.latency_ms >= 0):
+            raise PredictorError(
+                f"predictor {pred.name!r} returned latency {p.latency_ms} ms for kernel "
+                f"'{k.name}' ({k.op_type}, {k.dtype}, {k.flops} FLOPs, {k.bytes} bytes)")
+    return preds
 
 
 def roofline_times_ms(kernel: Kernel, device: Device) -> tuple[float, float]:

@@ -266,7 +266,9 @@ def _accumulation(results: Sequence[NodeResult], need: set[str],
     kernels = []
     for name, n in uses.items():
         t = tensors[name]
-        _, cost = _elementwise("acc", t.dtype, 3 * _nb(t), t.numel)
+        # A gradient of unknown size is a flagged estimate, never a negative element count.
+        cost = _elementwise("acc", t.dtype, 3 * _nb(t), t.numel)[1] if t.known else \
+            OpCost("unshaped", 0, 0, t.dtype, estimated=True)
         # k-1 sums in autograd's input buffer (GradSum), then for a parameter ``grad += new``
         # (GradAccumulate): the labels' acc_latency times only the latter (per parameterized
         # module, independent of the batch), so the two are kept apart.
@@ -290,10 +292,13 @@ def _optimizer(params: dict[str, TensorInfo], optimizer: str) -> list[Kernel]:
 def backward_kernels(node: NodeView, r: NodeResult, need: set[str]) -> list[Kernel]:
     if r.cost is None or not any(t.name in need for t in node.outputs):
         return []
-    steps = BACKWARD_STEPS.get((node.domain, node.op_type))
-    fn = BACKWARD_BY_OP.get((node.domain, node.op_type)) or BACKWARD.get(r.cost.family,
-                                                                          _generic_bw)
-    kernels = steps(node, need) if steps is not None else fn(r, need)
+    if r.cost.estimated:  # an unshaped or unsupported forward: its gradient is a guess too
+        kernels = _generic_bw(r, need)
+    else:
+        steps = BACKWARD_STEPS.get((node.domain, node.op_type))
+        fn = BACKWARD_BY_OP.get((node.domain, node.op_type)) or BACKWARD.get(r.cost.family,
+                                                                              _generic_bw)
+        kernels = steps(node, need) if steps is not None else fn(r, need)
     return [Kernel(f"{node.name}.{suffix}", (node.name,), f"{node.op_type}Grad", cost,
                    "backward") for suffix, cost in kernels]
 

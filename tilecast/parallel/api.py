@@ -17,7 +17,7 @@ from ..analyzer.mathmode import apply_autocast, check_math, tf32_kernels
 from ..analyzer.native import select_backend
 from ..analyzer.params import parameters
 from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predictor
-from ..analyzer.predictor import Predictor
+from ..analyzer.predictor import Predictor, predict_checked
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
 from ..analyzer.types import Kernel, OpCost, TensorInfo
@@ -172,7 +172,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
-    preds = apply_runtime(pred.predict(kernels, cl.device), cl.device, runtime, kernels)
+    preds = apply_runtime(predict_checked(pred, kernels, cl.device), cl.device, runtime, kernels)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))

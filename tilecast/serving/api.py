@@ -13,7 +13,7 @@ from ..analyzer.forecast import below_graph_floor
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.native import select_backend
 from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
-from ..analyzer.predictor import Predictor
+from ..analyzer.predictor import Predictor, predict_checked
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.steps import expand_steps
 from ..analyzer.types import Kernel
@@ -141,7 +141,7 @@ class _Runner:
     def __call__(self, kernels: Sequence[Kernel],
                  weights: Sequence[float] | None = None) -> tuple[float, bool, GraphFloor]:
         """(ms, extrapolated, the kernels under the in-graph floor) of one pass."""
-        preds = apply_runtime(self.pred.predict(list(kernels), self.device), self.device,
+        preds = apply_runtime(predict_checked(self.pred, list(kernels), self.device), self.device,
                               self.runtime, kernels)
         share = [weights[n] if weights else 1.0 for n in range(len(preds))]
         repeats = [1.0] * len(preds)

@@ -40,6 +40,15 @@ def require(node: NodeView, ok: bool, msg: str) -> None:
         raise shape_error(node, msg)
 
 
+def require_nonempty(node: NodeView, y: Shape) -> None:
+    """A windowed op (convolution, pooling) whose output has a dim below 1: the input is
+    smaller than the window, or empty. PyTorch refuses it ("Output size is too small"), and
+    no kernel does work on it, so it is the input's fault, named here."""
+    require(node, all(d >= 1 for d in y),
+            f"output {list(y)} is empty: the input is smaller than the window or has a zero "
+            "dim; bind larger input dims")
+
+
 def shape(node: NodeView, t: TensorInfo | None, what: str = "tensor") -> Shape:
     if t is None or not t.name:
         raise shape_error(node, f"{what} is missing")

@@ -21,6 +21,7 @@ from .common import (
     out_shape,
     prod,
     require,
+    require_nonempty,
     unique_bytes,
 )
 from .elementwise import activation_flops
@@ -62,6 +63,7 @@ def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
         g = node.attr("group", 1)
         require(node, x[1] == w[1] * g and w[0] % g == 0,
                 f"channels do not match group={g}: X {list(x)}, W {list(w)}")
+        require_nonempty(node, y)
         # Implicit GEMM per group: M = N*P*Q rows, N = K/g output channels, K = C/g*R*S.
         d = MatmulDims(g, x[0] * prod(y[2:]), w[0] // g, w[1] * prod(w[2:]))
         has_bias = bias_index is not None and has_input(node, bias_index)

@@ -11,7 +11,16 @@ from dataclasses import replace
 
 from ..registry import CostFn, register_all
 from ..types import NativePool, NodeView, OpCost, RowDims
-from .common import attr_str, in_shape, io_bytes, out_shape, prod, require, vector_cost
+from .common import (
+    attr_str,
+    in_shape,
+    io_bytes,
+    out_shape,
+    prod,
+    require,
+    require_nonempty,
+    vector_cost,
+)
 from .sampling import interp_flops
 
 
@@ -23,6 +32,7 @@ def window_pool(flops_per_tap: int, flops_per_output: int = 0, native: bool = Fa
     def fn(node: NodeView) -> OpCost:
         kernel = node.attr("kernel_shape")
         require(node, bool(kernel), "kernel_shape is required")
+        require_nonempty(node, out_shape(node))
         n = prod(out_shape(node))
         flops = flops_per_tap * n * prod(kernel) + flops_per_output * n
         cost = vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
