@@ -170,6 +170,29 @@ def test_a_decode_steps_kv_cache_streams_from_dram_once_the_step_outgrows_the_l2
     assert in_step >= cache / (l4.mem_bandwidth_gbps * 1e9) * 1e3 > alone
 
 
+def test_a_decode_attention_is_its_cache_read_not_its_vector_flops():
+    """FlashDecoding runs Q K^T and P V as tensor-core MMAs: the decode attention's FLOPs take
+    the matrix peak, and its time is its KV-cache read. Costed on the vector units' fp32 peak
+    (what PyTorch's 16-bit elementwise math gets), the A100's 151 MFLOP per layer (batch 8,
+    32 heads, 1152 keys of 128) ran 2.3x the time of its 38 MB. Only a kernel that says
+    "matrix" gets it: a grouped conv without matmul dims stays on the vector units."""
+    from tilecast.analyzer.types import Kernel, OpCost
+    from tilecast.learned.predictor import default_predictor
+    from tilecast.learned.routing import route
+
+    flops, cache = 4 * 8 * 32 * 1152 * 128, 2 * 8 * 8 * 1152 * 128 * 2
+    cost = OpCost("attention", flops, cache + 2**16, "bfloat16", unit="matrix",
+                  elements=8 * 32 * 128 * 1152, state_bytes=cache)
+    attend = Kernel("a", ("a",), "DecodeAttention", cost)
+    a100 = load_device("a100-sxm4-80gb")
+    p = default_predictor().predict([attend], a100)[0]
+    busy = p.gpu_ms - p.fixed_ms  # the work a CUDA graph runs, launch aside
+    assert busy < 1.3 * cache / (a100.mem_bandwidth_gbps * 1e9) * 1e3
+    grouped = Kernel("g", ("g",), "Conv", OpCost("conv", flops, cache, "bfloat16", "matrix"))
+    units = route([attend, grouped]).parts["elementwise"].unit.tolist()
+    assert units == ["matrix", "vector"]
+
+
 def test_longer_contexts_cost_more_on_the_learned_predictor():
     f = analyze_serving(gpt2_like(**GPT), "h100", generate=2000, runtime="graph")
     first, _, last = (s.latency_ms for s in f.decode)

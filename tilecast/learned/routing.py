@@ -243,8 +243,12 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
                           np.full(len(idx), "vector", dtype=object))]
     idx, c = sub(other)
     copy = np.maximum(c["bytes"] / (2.0 * c["itemsize"]), 1.0)
+    # Their FLOPs run on the vector units (PyTorch's reductions, pools, gathers; grouped
+    # convs), except a fused attention's without matmul dims (a decode step's): its dot
+    # products are matrix-unit MMAs, so they take that peak.
+    fused = (kind[idx] == _KIND["attention"]) & (unit[idx] == "matrix")
     elementwise.append(_parts(idx, c | {"elements": copy, "bytes": 2 * copy * c["itemsize"]},
-                              dtype[idx], np.full(len(idx), "vector", dtype=object),
+                              dtype[idx], np.where(fused, "matrix", "vector").astype(object),
                               fallback=True))
     rows = {}
     for name, mask in (("softmax", is_soft), ("layernorm", is_norm)):

@@ -57,8 +57,11 @@ def _attention(results: Sequence[NodeResult], b: Block, prompt: int, context: in
     cache = int(kv_bytes(results, b) * sequences)  # every sequence's prompt K and V
     size = DTYPE_SIZE.get(out.dtype, 4)
     cached = cache * context // prompt  # K and V over the context: last read a step ago
+    # FlashDecoding (FlashAttention's KV-cache kernel, the default decode attention of vLLM and
+    # SGLang on Ampere and newer) runs Q K^T and P V as tensor-core MMAs: the matrix peak.
     attend = OpCost("attention", 4 * per_token * context, int(cached + 2 * per_token * size),
-                    out.dtype, elements=per_token * context, state_bytes=int(cached))
+                    out.dtype, unit="matrix", elements=per_token * context,
+                    state_bytes=int(cached))
     new = max(cache // prompt, 1)  # one token's K and V: read, then written to the cache
     write = OpCost("movement", 0, 2 * new, out.dtype, elements=max(int(new // size), 1))
     core = (results[min(b.core)].node.name,)  # the layer's: repeated with it (--layers)
