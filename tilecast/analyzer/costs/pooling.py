@@ -32,8 +32,9 @@ def window_pool(flops_per_tap: int, flops_per_output: int = 0, native: bool = Fa
     def fn(node: NodeView) -> OpCost:
         kernel = node.attr("kernel_shape")
         require(node, bool(kernel), "kernel_shape is required")
-        require_nonempty(node, out_shape(node))
-        n = prod(out_shape(node))
+        y = out_shape(node)
+        require_nonempty(node, y)
+        n = prod(y)
         flops = flops_per_tap * n * prod(kernel) + flops_per_output * n
         cost = vector_cost(node, "pooling", flops, io_bytes(node), elements=n)
         if native and len(kernel) == 2:
