@@ -19,11 +19,23 @@ the same law at full occupancy instead, elements over resident threads:
 which only grows with the tensor and is 0.81x the launch-based figure over ResNet-50's 53 maps
 (the launch leaves lanes idle in its last step).
 Both use the unloaded latency a pointer chase measures (``Device.dram_latency_ns``, sourced per
-GPU). Little's law on one SM, no fitted constant: a loaded DRAM answers later than an idle one,
-so this floor stays below what such kernels take (docs/predictor.md, "Batch norm and max pool
-on PyTorch's native kernels"). The learned models never saw these kernels (the training data
-is fp32, whose batch norms PyTorch hands to cuDNN, and has no pool), and the elementwise copy
-rate they give is 3-20x too fast for a per-channel walk.
+GPU). Little's law on one SM, no fitted constant.
+
+A step's loads do not all come back one latency later: every resident thread issues its load
+at once, and the DRAM serves them at its bandwidth, so the last answer arrives the step's
+bytes / bandwidth after the first. Summed over the steps that queue is the kernel's bytes at
+the bandwidth, added to the walk:
+
+    busy >= steps x DRAM latency + bytes / bandwidth
+
+(the closed-system bound of one delay station, the latency, in series with one server, the
+DRAM). A per-channel walk of few blocks barely queues; the normalize pass over a large map
+queues as long as it waits: ResNet-50's 256 x 56 x 56 normalize at batch 256 on our H100,
+761 rounds x 375.1 ns = 285 us plus 822 MB at 3.35 TB/s = 245 us, 531 us against the 539 us
+traced, where the walk alone said 285 (docs/predictor.md, "Batch norm and max pool on
+PyTorch's native kernels"). The datasheet bandwidth keeps it a floor. The learned models never
+saw these kernels (the training data is fp32, whose batch norms PyTorch hands to cuDNN, and
+has no pool), and the elementwise copy rate they give is 3-20x too fast for a per-channel walk.
 """
 
 from __future__ import annotations
@@ -62,7 +74,14 @@ def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
             out[i] = ceil_div(elements, resident * run.threads) * latency_ms
         else:
             out[i] = ceil_div(run.blocks, resident) * run.steps * latency_ms
+        out[i] += queue_ms(k.cost.bytes, device)
     return out
+
+
+def queue_ms(nbytes: int | float, device: Device) -> float:
+    """The time a walk's loads and stores wait at the DRAM behind the other threads' (module
+    docstring): its bytes at the datasheet bandwidth."""
+    return float(nbytes) / (device.mem_bandwidth_gbps * 1e6)
 
 
 def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
@@ -84,5 +103,7 @@ def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
             continue
         host = np.array([p.host_ms or 0.0])
         latency = float(smooth_max(host, np.array([gpu]), Q_HOST)[0]) if p.host_ms else gpu
-        out[i] = replace(p, latency_ms=latency, gpu_ms=gpu, bound="latency")
+        # A longer GPU time never shortens the forecast (the predictor's own blend of host and
+        # GPU time is not this smooth maximum everywhere).
+        out[i] = replace(p, latency_ms=max(latency, p.latency_ms), gpu_ms=gpu, bound="latency")
     return out
