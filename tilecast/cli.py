@@ -422,9 +422,13 @@ def train(data_dirs: tuple[Path, ...], out: Path, epochs: int | None) -> None:
                    "elementwise, softmax, layernorm, conv), with the full run's figures for it "
                    "(two cores: matmul 2 min, elementwise 2.3, softmax and layernorm together "
                    "1, conv 0.3).")
+@click.option("--write-bands", "bands", type=click.Path(dir_okay=False, path_type=Path),
+              help="With --cv logo: write the folds' error bands (measured / forecast per "
+                   "family) to this JSON; beside a predictor as error_bands.json, forecasts "
+                   "show them.")
 @output_options(("table", "json"))
 def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: str,
-                 repeats: int, families: tuple[str, ...], fmt: str,
+                 repeats: int, families: tuple[str, ...], bands: Path | None, fmt: str,
                  output: str | None) -> None:
     """Kernel-level MAPE per GPU and op family: tilecast vs roofline vs a direct regressor,
     and how often the predicted matmul tile is the one cuBLAS ran.
@@ -436,9 +440,11 @@ def kernels_eval(data_dirs: tuple[Path, ...], predictor_path: Path | None, cv: s
       tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo --repeats 3
       tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo \
           --family softmax --family layernorm
+      tilecast kernels-eval --data ../shared/datasets/neusight-asplos25 --cv logo \
+          --write-bands tilecast/learned/artifacts/error_bands.json
     """
     from .learned.commands import kernels_eval_command
 
     write_output(kernels_eval_command(data_dirs, predictor_path, fmt,
                                       echo=lambda m: click.echo(m, err=True), cv=cv,
-                                      repeats=repeats, families=families), output)
+                                      repeats=repeats, families=families, bands=bands), output)

@@ -65,6 +65,11 @@ def _header_lines(f: Forecast) -> list[str]:
              f"predictor  {f.predictor}",
              f"total      {f.total_ms:.3f} ms over {len(f.kernels)} kernels "
              f"({f.node_count} nodes)"]
+    band = f.band
+    if band is not None:
+        lines.append(f"band       {band.low_ms:.3f}-{band.high_ms:.3f} ms ({band.level:.0%} "
+                     "error bands of unseen GPUs' kernels, over "
+                     f"{band.covered_share(f.total_ms):.0%} of the time)")
     if len(f.by_phase) > 1:
         lines.append("phases     " + ", ".join(f"{p} {v:.3f} ms" for p, v in f.by_phase.items()))
     return lines

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..device_db.device import Device
 from ..errors import ConfigError, DeviceError
+from .band import ForecastBand, forecast_band
 from .types import DTYPE_SIZE, BroadcastReread, Kernel, MatmulDims, OpCost
 
 SCHEMA_VERSION = 1
@@ -73,6 +74,8 @@ class KernelForecast:
     tile: str | None = None
     extrapolated: bool = False
     clamped: bool = False  # held at the predictor's envelope (its utilization floor)
+    # measured / forecast range of its family on unseen GPUs (analyzer/band.py); None: none
+    band: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         k, c = self.kernel, self.kernel.cost
@@ -81,6 +84,7 @@ class KernelForecast:
             "phase": k.phase, "dtype": k.dtype, "flops": k.flops, "bytes": k.bytes,
             "latency_ms": _r(self.latency_ms), "bound": self.bound, "tile": self.tile,
             "extrapolated": self.extrapolated, "clamped": self.clamped,
+            "band": None if self.band is None else [_r(x) for x in self.band],
             "misaligned": misaligned_gemm(k), "estimated": c.estimated,
             "matmul": None if c.matmul is None else
             {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
@@ -118,9 +122,14 @@ class KernelForecast:
         kernel = Kernel(name, tuple(str(n) for n in data.get("nodes", (name,))),
                         _field(data, "op_type", str, where), cost,
                         phase=_field(data, "phase", str, where))
+        band = data.get("band")
+        if band is not None and not (isinstance(band, list) and len(band) == 2 and all(
+                isinstance(x, int | float) and not isinstance(x, bool) and x > 0 for x in band)):
+            raise ConfigError(f"{where}: field 'band' must be null or [low, high] numbers > 0")
         return cls(kernel, float(_field(data, "latency_ms", float, where)),
                    _field(data, "bound", str, where), data.get("tile"),
-                   bool(data.get("extrapolated", False)), bool(data.get("clamped", False)))
+                   bool(data.get("extrapolated", False)), bool(data.get("clamped", False)),
+                   None if band is None else (float(band[0]), float(band[1])))
 
 
 @dataclass(frozen=True)
@@ -167,6 +176,7 @@ class Forecast:
     unshaped: Mapping[str, int] = field(default_factory=dict)  # op_type -> count
     unshaped_from: str = ""  # the node where shape propagation stopped (analysis.unshaped_root)
     unsupported_reasons: tuple[OpReason, ...] = ()
+    band_level: float | None = None  # the predictor's error-band level (None: no bands)
 
     @property
     def incomplete(self) -> bool:
@@ -196,6 +206,11 @@ class Forecast:
     @property
     def extrapolated(self) -> bool:
         return any(k.extrapolated for k in self.kernels)
+
+    @property
+    def band(self) -> ForecastBand | None:
+        """Where the total lands if each kernel errs as its family did on unseen GPUs."""
+        return forecast_band(self.kernels, self.band_level)
 
     @property
     def clamped_by_family(self) -> dict[str, int]:
@@ -246,6 +261,7 @@ class Forecast:
             "by_phase": {p: _r(v) for p, v in self.by_phase.items()},
             "by_family": {f: _r(v) for f, v in self.by_family.items()},
             "extrapolated": self.extrapolated,
+            "band": None if self.band is None else self.band.to_dict(),
             "nodes": self.node_count,
             "kernels": [k.to_dict() for k in self.kernels],
             "unsupported": dict(sorted(self.unsupported.items())),
@@ -290,6 +306,7 @@ class Forecast:
             math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
             unshaped=dict(data.get("unshaped") or {}),
             unshaped_from=str(data.get("unshaped_from", "")),
+            band_level=_band_level(data, origin),
         )
         _check_totals(data, forecast, origin)
         return forecast
@@ -350,6 +367,17 @@ def _reasons(data: Mapping[str, Any], key: str, origin: str) -> tuple[OpReason, 
     return tuple(OpReason.from_dict(z, f"{origin}: {key}[{i}]") for i, z in enumerate(rows))
 
 
+def _band_level(data: Mapping[str, Any], origin: str) -> float | None:
+    band = data.get("band")
+    if band is None:
+        return None
+    level = band.get("level") if isinstance(band, Mapping) else None
+    if not isinstance(level, int | float) or isinstance(level, bool) or not 0 < level < 1:
+        raise ConfigError(f"{origin}: field 'band' must be null or an object with a 'level' "
+                          "between 0 and 1")
+    return float(level)
+
+
 def _known_device(name: str, origin: str) -> Device:
     from ..device_db import load_device
 
@@ -388,10 +416,11 @@ def _sample() -> Forecast:
 
     cost = OpCost(family="matmul", flops=2, bytes=12, dtype="float32", unit="matrix",
                   matmul=MatmulDims(1, 1, 1, 1), reread=BroadcastReread(4, 4, 4))
-    kernel = KernelForecast(Kernel("mm", ("mm",), "MatMul", cost), 0.01, "compute", "128x128")
+    kernel = KernelForecast(Kernel("mm", ("mm",), "MatMul", cost), 0.01, "compute", "128x128",
+                            band=(0.9, 1.2))
     return Forecast("model.onnx", load_device("l4"), "inference", "roofline", (kernel,),
                     unsupported={"Foo": 1}, zero_cost={"Shape": 1}, dims={"batch": 1},
-                    node_count=3)
+                    node_count=3, band_level=0.8)
 
 
 @functools.lru_cache(maxsize=1)

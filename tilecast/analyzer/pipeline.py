@@ -137,8 +137,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         kernels = tf32_kernels(kernels)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels)
-    kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped)
-               for k, p in zip(kernels, preds, strict=True))
+    kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped,
+                              p.band) for k, p in zip(kernels, preds, strict=True))
     return Forecast(
         model=_model_label(model), device=dev, mode=mode, predictor=pred.name, kernels=kf,
         unsupported=dict(Counter(r.op_key for r in results if r.outcome == "unsupported")),
@@ -148,6 +148,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         unsupported_reasons=outcome_reasons(results, "unsupported"),
         fusion=fusion, dims=dict(dims or {}), node_count=node_count,
         zero_cost_reasons=outcome_reasons(results, "zero"), math=math, runtime=runtime,
+        band_level=getattr(pred, "band_level", None),  # a predictor with error bands
     )
 
 

@@ -33,6 +33,9 @@ class Prediction:
     # Part of gpu_ms spent in cuDNN's NCHW <-> NHWC transposes around a tensor-core conv, which
     # PyTorch runs (eager or replayed) and a compiled runtime avoids by choosing NHWC.
     layout_ms: float = 0.0
+    # measured / forecast range of the kernel's family on GPUs its model never saw (the learned
+    # predictor's leave-one-GPU-out bands); None where no validated band applies.
+    band: tuple[float, float] | None = None
 
 
 @runtime_checkable

@@ -44,10 +44,11 @@ def train_command(data_dirs: Sequence[Path], out: Path, epochs: int | None, echo
 
 def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt: str,
                          echo: Echo, cv: str = "none", repeats: int = 1,
-                         families: Sequence[str] = ()) -> str:
+                         families: Sequence[str] = (), bands: Path | None = None) -> str:
     """The MAPE table (or JSON) of tilecast, roofline and the direct regressor; with
     ``cv="logo"`` the leave-one-GPU-out folds instead, run ``repeats`` times from disjoint
-    training seeds and averaged, of ``families`` only when any are given."""
+    training seeds and averaged, of ``families`` only when any are given; ``bands``: write
+    the folds' error bands there (``bands.py``)."""
     from .conv_eval import conv_eval_rows
     from .evaluate import PREDICTORS, evaluate_kernels, format_table, tile_accuracy
     from .prepare import TRAINED_FAMILIES
@@ -59,7 +60,10 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
         raise ConfigError(f"--family {unknown[0]!r} is not a trained family (one of "
                           f"{', '.join(TRAINED_FAMILIES)})")
     if cv == "logo":
-        return _logo_command(data_dirs, fmt, echo, repeats, tuple(families))
+        return _logo_command(data_dirs, fmt, echo, repeats, tuple(families), bands)
+    if bands is not None:
+        raise ConfigError("--write-bands takes the leave-one-GPU-out folds' errors: use it "
+                          "with --cv logo")
     if repeats != 1:
         raise ConfigError("--repeats retrains the leave-one-GPU-out folds: use it with --cv logo")
     if families:
@@ -87,7 +91,7 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
 
 
 def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int = 1,
-                  families: tuple[str, ...] = ()) -> str:
+                  families: tuple[str, ...] = (), bands_path: Path | None = None) -> str:
     try:
         from .conv_train import average_folds, logo_conv
         from .cv import average_rows, logo, repeat_seeds, summary
@@ -95,6 +99,9 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
     except ImportError as exc:
         raise ConfigError(f"--cv logo trains models and needs torch ({exc.name} is missing): "
                           "pip install 'tilecast[train]'") from exc
+    import numpy as np
+
+    from .bands import BandCollector
     from .conv_data import load_conv
     from .conv_eval import format_folds
     from .evaluate import SHAPES, format_table
@@ -106,14 +113,22 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
     samples = load_conv(data_dirs) if "conv" in base.families else None
     seeds = repeat_seeds(repeats, base)
     runs, conv_runs = [], []
+    collector = BandCollector() if bands_path is not None else None
+    fold_kernels = None if collector is None else \
+        (lambda test, pred: collector.add(test.family, test.latency_ms, pred))
+    fold_convs = None if collector is None else \
+        (lambda measured, pred: collector.add(np.full(len(measured), "conv"), measured, pred))
     for seed in seeds:
         if repeats > 1:
             echo(f"repeat with training seed {seed}")
         config = replace(base, seed=seed)
         others = any(f != "conv" for f in config.families)
-        runs.append(logo(data_dirs, config, progress=echo) if others else [])
-        conv_runs.append(logo_conv(samples, config, progress=echo) if samples is not None
-                         else [])
+        runs.append(logo(data_dirs, config, progress=echo, collect=fold_kernels)
+                    if others else [])
+        conv_runs.append(logo_conv(samples, config, progress=echo, collect=fold_convs)
+                         if samples is not None else [])
+    if collector is not None:
+        _write_bands(collector, bands_path, data_dirs, repeats, families, echo)
     rows, folds = average_rows(runs), average_folds(conv_runs)
     by_seed = [_seed_summary(seed, r, f) for seed, r, f in zip(seeds, runs, conv_runs,
                                                                   strict=True)]
@@ -130,6 +145,19 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
         else []
     parts += [format_folds(folds)] if folds else []
     return "\n\n".join(parts) + _spread_lines(by_seed) + "\n"
+
+
+def _write_bands(collector, path: Path, data_dirs: Sequence[Path], repeats: int,
+                 families: tuple[str, ...], echo: Echo) -> None:
+    """The folds' error bands as JSON at ``path`` (``bands.py``), with the command that made
+    them."""
+    cmd = ("tilecast kernels-eval --data " + " ".join(str(d) for d in data_dirs)
+           + " --cv logo" + (f" --repeats {repeats}" if repeats > 1 else "")
+           + "".join(f" --family {f}" for f in families) + f" --write-bands {path.name}")
+    bands = collector.bands(protocol=cmd)
+    path.write_text(json.dumps(bands.to_json(), indent=1) + "\n")
+    echo(f"wrote {path}: " + ", ".join(f"{b.family}[{b.decade}] {b.low:.2f}-{b.high:.2f}"
+                                      for b in bands.bands))
 
 
 def _seed_summary(seed: int, rows, folds) -> dict:

@@ -13,7 +13,7 @@ keeps tilecast's score against the latencies as the CSV recorded them.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -83,9 +83,11 @@ def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.
 
 
 def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
-              lookup: DeviceLookup = default_lookup,
-              progress: Progress | None = None) -> list[ConvFold]:
-    """Every fold of the protocol (module docstring), one per GPU with conv data."""
+              lookup: DeviceLookup = default_lookup, progress: Progress | None = None,
+              collect: Callable[[np.ndarray, np.ndarray], None] | None = None
+              ) -> list[ConvFold]:
+    """Every fold of the protocol (module docstring), one per GPU with conv data;
+    ``collect(measured_ms, forecast_ms)`` receives each fold's held-out convs."""
     config = config or TrainConfig()
     held = cd.heldout_shapes(samples)
     folds = []
@@ -96,6 +98,8 @@ def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
             continue
         model, _ = fit_conv(train, config, lookup)
         pred, algo = forecast(model, test, lookup)
+        if collect is not None:
+            collect(test.latency_ms, pred)
         folds.append(ConvFold(gpu, len(test), log_ratio_error(pred, test.latency_ms),
                               log_ratio_error(roofline_ms(test, lookup), test.latency_ms),
                               float(np.mean(algo == test.algo)),

@@ -36,10 +36,12 @@ def held_out_rows(data_dirs: Sequence[Path | str], gpu: str
 
 def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOGO_GPUS,
          lookup: DeviceLookup = default_lookup,
-         progress: Callable[[str], None] | None = None) -> list[EvalRow]:
+         progress: Callable[[str], None] | None = None,
+         collect: Callable[[KernelSamples, np.ndarray], None] | None = None) -> list[EvalRow]:
     """MAPE per held-out GPU x family for tilecast (trained without that GPU) and roofline.
     Only ``config.families`` train and are scored: a run of one or two families takes a
-    fraction of the time of all of them (each family's model trains on its own)."""
+    fraction of the time of all of them (each family's model trains on its own).
+    ``collect(kernels, forecast_ms)`` receives each fold's held-out kernels (``bands.py``)."""
     from .predictor import OnnxPredictor
     from .train import TrainConfig, train_all
 
@@ -61,6 +63,8 @@ def logo(data_dirs: Sequence[Path | str], config=None, gpus: Sequence[str] = LOG
             preds = {"tilecast": predict_by_device(model, test, lookup),
                      "roofline": predict_by_device(RooflinePredictor(), test, lookup)}
         rows += mape_rows(test, preds)
+        if collect is not None:
+            collect(test, preds["tilecast"])
         if shapes.any():
             rows += [replace(r, predictor=SHAPES) for r in
                      mape_rows(test.select(shapes), {"tilecast": preds["tilecast"][shapes]})]

@@ -105,5 +105,7 @@ def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
         latency = float(smooth_max(host, np.array([gpu]), Q_HOST)[0]) if p.host_ms else gpu
         # A longer GPU time never shortens the forecast (the predictor's own blend of host and
         # GPU time is not this smooth maximum everywhere).
-        out[i] = replace(p, latency_ms=max(latency, p.latency_ms), gpu_ms=gpu, bound="latency")
+        # No fold scored a walk: the kernel's error band no longer applies (bands.py).
+        out[i] = replace(p, latency_ms=max(latency, p.latency_ms), gpu_ms=gpu, bound="latency",
+                         band=None)
     return out

@@ -24,6 +24,7 @@ from . import features as ft
 from . import row_tiles as rt
 from . import simt, tensor_core
 from . import tiles as tl
+from .bands import band_arrays, bands_beside, kernel_families
 from .device_columns import uses_matrix_units
 from .export import ARTIFACT_NAME, SCHEMA_VERSION, TERMS, io_names
 from .form import Q_HOST
@@ -99,6 +100,8 @@ class OnnxPredictor:
         self.ranges = {fam: (np.asarray(lo), np.asarray(hi)) for fam, (lo, hi)
                        in json.loads(meta["feature_ranges"]).items()}
         self.conv_model = "conv" in self.ranges  # else convs take the matmul model's view
+        self.bands = bands_beside(self.path)  # leave-one-GPU-out error bands, if shipped
+        self.band_level = self.bands.level if self.bands is not None else None
 
     def predict(self, kernels: Sequence[Kernel], device: Device) -> list[Prediction]:
         routed = _stream_weights(route(kernels, conv_model=self.conv_model), device)
@@ -166,13 +169,18 @@ class OnnxPredictor:
         # cuDNN's layout transposes stream bytes: they count with the memory term.
         bound = bounds(acc["compute"], acc["memory"] + acc["layout"], fixed)
         extrapolated = self._extrapolated(routed, feats, device)
+        # The folds scored trained dtypes and vendors with real costs (bands.py).
+        scored = ~routed.estimated & np.isin(routed.dtype, list(self.trained_dtypes)) & (
+            device.vendor in self.trained_vendors)
+        low, high = band_arrays(self.bands, kernel_families(routed, n), scored, acc["latency"])
         return [Prediction(latency_ms=lat, bound=b, tile=t, extrapolated=e, gpu_ms=g,
-                           clamped=c, host_ms=h, fixed_ms=fx, layout_ms=lay)
-                for lat, b, t, e, g, c, h, fx, lay in zip(
+                           clamped=c, host_ms=h, fixed_ms=fx, layout_ms=lay,
+                           band=None if lo != lo else (lo, hi))  # NaN: no band
+                for lat, b, t, e, g, c, h, fx, lay, lo, hi in zip(
                     acc["latency"].tolist(), bound.tolist(), tiles.tolist(),
                     extrapolated.tolist(), acc["gpu"].tolist(), clamped.tolist(),
                     acc["host"].tolist(), acc["fixed"].tolist(), acc["layout"].tolist(),
-                    strict=True)]
+                    low.tolist(), high.tolist(), strict=True)]
 
     def _terms(self, family: str, f: ft.Features, p: Parts | ConvParts,
                outs: dict[str, np.ndarray], device: Device,

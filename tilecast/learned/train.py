@@ -23,6 +23,7 @@ import torch
 from ..errors import ConfigError
 from . import export
 from . import features as ft
+from .bands import BANDS_NAME
 from .dataset import (
     KernelSamples,
     collected_devices,
@@ -188,6 +189,10 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
     config = config or TrainConfig()
     torch.set_num_threads(2)
     out_dir = Path(out_dir)
+    if (out_dir / BANDS_NAME).is_file() and progress:
+        progress(f"note: {out_dir / BANDS_NAME} holds the folds' bands of the model trained "
+                 "before; regenerate them for this one (tilecast kernels-eval --cv logo "
+                 "--write-bands)")
     collected = collected_devices(data_dirs)
     if collected:  # a `tilecast collect` folder: its devices train too, described by its JSON
         config = replace(config, devices=tuple(dict.fromkeys((*config.devices, *collected))))

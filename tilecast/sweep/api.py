@@ -47,6 +47,9 @@ class SweepRow:
     extrapolated_kernels: int  # outside the predictor's training data
     incomplete: bool  # unsupported or unshaped ops (their work is an estimate)
     skipped: str | None = None
+    # the forecast's error band (analyzer/band.py); None where the predictor ships none
+    band_low_ms: float | None = None
+    band_high_ms: float | None = None
 
 
 @dataclass(frozen=True)
@@ -90,6 +93,7 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
     def share(ms: float) -> float | None:
         return round(ms / total, 4) if total > 0 else None
 
+    band = f.band
     return SweepRow(
         device=f.device.name, math=f.math, runtime=f.runtime, dims=point,
         total_ms=round(total, 6),
@@ -97,7 +101,9 @@ def _row(f: Forecast, point: tuple[tuple[str, int], ...], first_ms: float | None
         samples_per_s=round(batch * 1000.0 / total, 2) if batch and total > 0 else None,
         top_family=top, top_family_share=share(families[top]) if top else None,
         compute_bound_share=share(compute), kernels=len(f.kernels),
-        extrapolated_kernels=sum(k.extrapolated for k in f.kernels), incomplete=f.incomplete)
+        extrapolated_kernels=sum(k.extrapolated for k in f.kernels), incomplete=f.incomplete,
+        band_low_ms=None if band is None else round(band.low_ms, 6),
+        band_high_ms=None if band is None else round(band.high_ms, 6))
 
 
 def _skipped(device: str, math: str, runtime: str, point: tuple[tuple[str, int], ...],

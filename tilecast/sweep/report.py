@@ -8,8 +8,8 @@ import io
 from ..parallel.report import _table
 from .api import Sweep, SweepRow
 
-COLUMNS = ("device", "math", "runtime", "dims", "total_ms", "speedup", "samples_per_s",
-           "top_family", "compute_bound", "extrapolated", "note")
+COLUMNS = ("device", "math", "runtime", "dims", "total_ms", "band_ms", "speedup",
+           "samples_per_s", "top_family", "compute_bound", "extrapolated", "note")
 
 
 def _pct(x: float | None) -> str:
@@ -19,18 +19,20 @@ def _pct(x: float | None) -> str:
 def _cells(r: SweepRow) -> list[str]:
     dims = ",".join(f"{k}={v}" for k, v in r.dims) or "-"
     if r.total_ms is None:
-        return [r.device, r.math, r.runtime, dims, "-", "-", "-", "-", "-", "-",
+        return [r.device, r.math, r.runtime, dims, "-", "-", "-", "-", "-", "-", "-",
                 r.skipped or ""]
     note = "incomplete: unsupported or unshaped ops" if r.incomplete else ""
     top = f"{r.top_family} {_pct(r.top_family_share)}" if r.top_family else "-"
-    return [r.device, r.math, r.runtime, dims, f"{r.total_ms:.3f}",
+    band = "-" if r.band_low_ms is None else f"{r.band_low_ms:.3f}-{r.band_high_ms:.3f}"
+    return [r.device, r.math, r.runtime, dims, f"{r.total_ms:.3f}", band,
             "-" if r.speedup is None else f"{r.speedup:.2f}x",
             "-" if r.samples_per_s is None else f"{r.samples_per_s:,.1f}", top,
             _pct(r.compute_bound_share), f"{r.extrapolated_kernels}/{r.kernels}", note]
 
 
-CSV_FIELDS = ("total_ms", "speedup", "samples_per_s", "top_family", "top_family_share",
-              "compute_bound_share", "kernels", "extrapolated_kernels", "incomplete", "skipped")
+CSV_FIELDS = ("total_ms", "band_low_ms", "band_high_ms", "speedup", "samples_per_s",
+              "top_family", "top_family_share", "compute_bound_share", "kernels",
+              "extrapolated_kernels", "incomplete", "skipped")
 
 
 def _csv(s: Sweep) -> str:
