@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 import tilecast
 from tilecast import schemas
-from tilecast.analyzer.forecast import Forecast, forecast_schema
+from tilecast.analyzer.forecast import Forecast
+from tilecast.analyzer.forecast_schema import forecast_schema
 from tilecast.analyzer.validate import validate_graph
 from tilecast.cli import main
 from tilecast.device_db.device import ARCHS, GENERIC_ARCH

@@ -1,7 +1,7 @@
 """JSON Schemas of the files tilecast writes and reads, generated from the dataclasses.
 
 One source of truth: each reader's module builds its schema from the dataclass that writes the
-file (``forecast_schema()`` in ``analyzer/forecast.py``, ``baseline_schema()`` in
+file (``forecast_schema()`` in ``analyzer/forecast_schema.py``, ``baseline_schema()`` in
 ``gate/baseline.py``, ``device_schema()`` in ``device_db/loader.py``) with :func:`schema_of`,
 and validates what it reads with :func:`check`. The copies under ``docs/schemas/`` are for other
 tools; a test fails when they drift. Regenerate them with::
@@ -251,7 +251,7 @@ def check(data: Any, schema: Mapping[str, Any], origin: str,
 def published() -> dict[str, dict[str, Any]]:
     """File name -> schema, for every published schema (imports the readers lazily: this
     module stays importable from any layer)."""
-    from .analyzer.forecast import forecast_schema
+    from .analyzer.forecast_schema import forecast_schema
     from .device_db.schema import device_schema
     from .gate.baseline import baseline_schema
 

@@ -23,7 +23,8 @@ from typing import Any
 import onnx
 
 from .. import __version__
-from ..analyzer.forecast import SCHEMA_VERSION, Forecast, forecast_schema
+from ..analyzer.forecast import SCHEMA_VERSION, Forecast
+from ..analyzer.forecast_schema import forecast_schema
 from ..analyzer.types import DTYPES
 from ..errors import ConfigError
 
