@@ -56,7 +56,8 @@ def below_graph_floor(latency_ms: float, runtime: str) -> bool:
 
 def misaligned_gemm(kernel: Kernel) -> bool:
     """A 16- or 8-bit GEMM (the dtypes tensor cores take) with n or k, the lengths of the
-    rows its operands and output are stored in, not a multiple of 16 bytes."""
+    rows its operands and output are stored in, not a multiple of 16 bytes: cuBLAS loads its
+    operands in narrower pieces (``learned.tensor_core.load_width_slowdown``)."""
     c = kernel.cost
     size = DTYPE_SIZE.get(c.dtype, 4)
     if kernel.op_type not in ("MatMul", "Gemm") or c.matmul is None or size >= 4:

@@ -200,8 +200,9 @@ class OnnxPredictor:
         if tc is not None:
             moved = tensor_core.nchw_transpose_bytes(p, tc, conv[tc], device.vendor)
             stream, transposes = self._stream_and_transposes(f, p, tc, moved, device)
+            slow = tensor_core.load_width_slowdown(p, tc, conv[tc])
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
-                                      terms["fixed"], terms["host"], transposes)
+                                      terms["fixed"], terms["host"], transposes, slow)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
                                 ("compute", s.compute_ms), ("memory", s.memory_ms),
                                 ("layout", transposes)):

@@ -106,14 +106,44 @@ def transposes_ms(stream_ms: np.ndarray, device: Device) -> np.ndarray:
     return np.where(stream_ms > 0, np.maximum(stream_ms, floor), 0.0)
 
 
+# A tensor-core GEMM loads its operands in 16-byte vectors (LDG.128, cp.async of 16 bytes),
+# which a row of n or k elements allows only when its bytes are a multiple of 16.
+VECTOR_LOAD_BYTES = 16
+
+
+def load_width_slowdown(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndarray:
+    """For each row of ``mask``: 16 bytes over the widest load the rows of its operands allow
+    (the largest power of two dividing n x itemsize and k x itemsize, at most 16), 1 where that
+    is 16. cuBLAS serves a 16- or 8-bit GEMM whose rows are no multiple of 16 bytes with CUTLASS
+    kernels of narrower loads (`cutlass_80_tensorop_*` for 4-byte rows, `cutlass_75_tensorop_*`
+    for 2-byte ones on our H100 and H200), so each operand takes 16 / width as many loads,
+    and the main loop as long: 4x and 8x. Measured / forecast as aligned there
+    (datasets/h100-sxm5-80gb and h200-sxm-141gb, 54 Linears each): 2.6-3.3x on 4-byte rows
+    (BERT's 30522-wide head), 6.0-9.0x on 2-byte rows (50257, 32001). Convolutions (cuDNN
+    pads channels) and fused attention (head dims of 64 and 128) are left out, as are 4-byte
+    dtypes (the 16-byte rule for 16- and 8-bit GEMMs, ``analyzer.forecast.misaligned_gemm``)."""
+    itemsize = p.itemsize[mask]
+
+    def widest(elements: np.ndarray) -> np.ndarray:
+        b = np.maximum((elements * itemsize).astype(np.int64), 1)
+        return np.minimum(b & -b, VECTOR_LOAD_BYTES)  # the lowest set bit: 2^j dividing b
+
+    width = np.minimum(widest(p.n[mask]), widest(p.k[mask]))
+    keep = conv | p.fused[mask] | (itemsize >= 4)
+    return np.where(keep, 1.0, VECTOR_LOAD_BYTES / width)
+
+
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
               fixed_ms: np.ndarray, host_ms: np.ndarray,
-              transposes_ms: np.ndarray | float = 0.0) -> Sustained:
+              transposes_ms: np.ndarray | float = 0.0,
+              slowdown: np.ndarray | float = 1.0) -> Sustained:
     """Latency of the matrix-unit rows ``mask`` of the matmul family at ``fraction`` of the
     matrix peak, their DRAM bytes at the streaming time ``stream_ms`` (one per masked row),
     with the model's fixed cost and host dispatch; ``transposes_ms``: layout passes that run
-    before and after the GEMM (``nchw_transpose_bytes``), added in series."""
+    before and after the GEMM (``nchw_transpose_bytes``), added in series; ``slowdown``: the
+    compute term's factor for narrower operand loads (``load_width_slowdown``)."""
     memory_bound = f.roof_memory_ms[mask] >= f.roof_compute_ms[mask]
     compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask]) / fraction
+    compute = compute * slowdown
     gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY) + transposes_ms
     return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, stream_ms)
