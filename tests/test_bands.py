@@ -34,6 +34,7 @@ from tilecast.learned.bands import (  # noqa: E402
     BandCollector,
     ErrorBands,
     band_arrays,
+    decade,
     load_bands,
     weighted_quantile,
 )
@@ -73,8 +74,10 @@ def test_a_kernel_takes_its_decade_or_the_nearest_cell() -> None:
                              Band("matmul", 3, 0.8, 1.2, 100, 5)), "test")
     # 5 us is decade 0 -> nearest 1; 0.5 ms decade 2 -> 1 and 3 tie, the lower wins; 50 ms
     # decade 4 -> 3
-    assert [bands.band("matmul", t).decade for t in (0.005, 0.5, 2.0, 50.0)] == [1, 1, 3, 3]
-    assert bands.band("softmax", 1.0) is None
+    decades = decade(np.array([0.005, 0.5, 2.0, 50.0])).tolist()
+    assert decades == [0, 2, 3, 4]
+    assert [bands.cell("matmul", d).decade for d in decades] == [1, 1, 3, 3]
+    assert bands.cell("softmax", 3) is None
 
 
 HEAD = '"schema": 1, "level": 0.8, "decade_edges_ms": [0.01, 0.1, 1.0, 10.0, 100.0]'

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .forecast import KernelForecast
@@ -30,9 +30,6 @@ class ForecastBand:
     def covered_share(self, total_ms: float) -> float:
         return self.covered_ms / total_ms if total_ms > 0 else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"level": self.level, "low_ms": _r(self.low_ms), "high_ms": _r(self.high_ms),
-                "covered_ms": _r(self.covered_ms)}
 
 
 def forecast_band(kernels: Sequence[KernelForecast], level: float | None) -> ForecastBand | None:
@@ -48,7 +45,3 @@ def forecast_band(kernels: Sequence[KernelForecast], level: float | None) -> For
         else:
             low, high = low + k.latency_ms, high + k.latency_ms
     return ForecastBand(level, low, high, covered)
-
-
-def _r(x: float) -> float:
-    return float(f"{x:.6g}")

@@ -252,6 +252,7 @@ class Forecast:
     def to_dict(self) -> dict[str, Any]:
         from .. import __version__
 
+        band = self.band
         return {
             "schema": SCHEMA_VERSION, "tilecast_version": __version__, "model": self.model,
             "device": self.device.name, "mode": self.mode, "predictor": self.predictor,
@@ -261,7 +262,9 @@ class Forecast:
             "by_phase": {p: _r(v) for p, v in self.by_phase.items()},
             "by_family": {f: _r(v) for f, v in self.by_family.items()},
             "extrapolated": self.extrapolated,
-            "band": None if self.band is None else self.band.to_dict(),
+            "band": None if band is None else {
+                "level": band.level, "low_ms": _r(band.low_ms), "high_ms": _r(band.high_ms),
+                "covered_ms": _r(band.covered_ms)},
             "nodes": self.node_count,
             "kernels": [k.to_dict() for k in self.kernels],
             "unsupported": dict(sorted(self.unsupported.items())),

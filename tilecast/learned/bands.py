@@ -72,11 +72,10 @@ class ErrorBands:
     bands: tuple[Band, ...]
     protocol: str  # how they were made (the command)
 
-    def band(self, family: str, latency_ms: float) -> Band | None:
-        """The cell of a kernel of ``family`` forecast at ``latency_ms``: its decade's, else
-        the nearest one of the family; None when the family has none."""
+    def cell(self, family: str, d: int) -> Band | None:
+        """The band of ``family``'s kernels forecast in decade ``d``: its own cell, else the
+        family's nearest (the lower on a tie); None when the family has none."""
         cells = [b for b in self.bands if b.family == family]
-        d = int(decade(latency_ms))
         return min(cells, key=lambda b: (abs(b.decade - d), b.decade), default=None)
 
     def to_json(self) -> dict:
@@ -170,7 +169,7 @@ def band_arrays(bands: ErrorBands | None, families: np.ndarray, scored: np.ndarr
         for cell in range(len(DECADE_EDGES_MS) + 1):
             m = scored & (families == fam) & (d == cell)
             if m.any():
-                b = bands.band(fam, DECADE_EDGES_MS[cell - 1] if cell else 0.0)
+                b = bands.cell(fam, cell)
                 low[m], high[m] = b.low, b.high
     return low, high
 

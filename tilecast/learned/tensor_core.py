@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..analyzer.forecast import ROW_ALIGN_BYTES
 from ..analyzer.runtime import GRAPH_KERNEL_LAUNCH_US, lone_kernel_ms
 from ..device_db.device import Device
 from .features import Features
@@ -106,11 +107,6 @@ def transposes_ms(stream_ms: np.ndarray, device: Device) -> np.ndarray:
     return np.where(stream_ms > 0, np.maximum(stream_ms, floor), 0.0)
 
 
-# A tensor-core GEMM loads its operands in 16-byte vectors (LDG.128, cp.async of 16 bytes),
-# which a row of n or k elements allows only when its bytes are a multiple of 16.
-VECTOR_LOAD_BYTES = 16
-
-
 def load_width_slowdown(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndarray:
     """For each row of ``mask``: 16 bytes over the widest load the rows of its operands allow
     (the largest power of two dividing n x itemsize and k x itemsize, at most 16), 1 where that
@@ -122,15 +118,16 @@ def load_width_slowdown(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndar
     (BERT's 30522-wide head), 6.0-9.0x on 2-byte rows (50257, 32001). Convolutions (cuDNN
     pads channels) and fused attention (head dims of 64 and 128) are left out, as are 4-byte
     dtypes (the 16-byte rule for 16- and 8-bit GEMMs, ``analyzer.forecast.misaligned_gemm``)."""
+    # ROW_ALIGN_BYTES: a tensor-core GEMM's 16-byte operand loads (LDG.128, cp.async of 16).
     itemsize = p.itemsize[mask]
 
     def widest(elements: np.ndarray) -> np.ndarray:
         b = np.maximum((elements * itemsize).astype(np.int64), 1)
-        return np.minimum(b & -b, VECTOR_LOAD_BYTES)  # the lowest set bit: 2^j dividing b
+        return np.minimum(b & -b, ROW_ALIGN_BYTES)  # the lowest set bit: 2^j dividing b
 
     width = np.minimum(widest(p.n[mask]), widest(p.k[mask]))
     keep = conv | p.fused[mask] | (itemsize >= 4)
-    return np.where(keep, 1.0, VECTOR_LOAD_BYTES / width)
+    return np.where(keep, 1.0, ROW_ALIGN_BYTES / width)
 
 
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
