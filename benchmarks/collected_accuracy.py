@@ -57,18 +57,21 @@ def conv_rows(root: Path) -> cd.ConvSamples | None:
 _ONNX_TYPES = {"bfloat16": 16, "float16": 10, "float32": 1}  # onnx.TensorProto values
 
 
-def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, str | None]:
-    """(measured ms, analyzer kernels, depthwise?, device) of the grouped and depthwise conv
-    rows, which ``conv_data`` leaves out (no conv model: the analyzer's memory-bound rule).
-    The rows become one ONNX graph of Conv nodes, costed by the analyzer's own conv formula."""
+def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, np.ndarray, str | None]:
+    """(measured ms, analyzer kernels, depthwise?, channels-last?, device) of the grouped and
+    depthwise conv rows, which ``conv_data`` leaves out (no conv model: the analyzer's
+    memory-bound rule, and PyTorch's native depthwise kernel where it runs one). The rows
+    become one ONNX graph of Conv nodes, costed by the analyzer's own conv formula; a
+    channels-last row ran cuDNN's NHWC kernels, so its kernel loses the native launch."""
     import csv
+    from dataclasses import replace
 
     from onnx import helper
 
     import tilecast
     from tilecast.learned.dataset import COLLECT_DTYPES
 
-    truth, depthwise, nodes, inputs, outputs, device = [], [], [], [], [], None
+    truth, depthwise, nhwc, nodes, inputs, outputs, device = [], [], [], [], [], [], None
     for path in sorted((root / "kernels" / "nvidia" / "train" / "conv").glob("*.csv")):
         for r in csv.DictReader(path.open()):
             n, c, k, rr, h, st, pad, g = (int(r[x]) for x in (
@@ -85,15 +88,18 @@ def grouped_convs(root: Path) -> tuple[np.ndarray, list, np.ndarray, str | None]
                                           group=g, strides=[st, st], pads=[pad] * 4))
             truth.append(float(r["Latency"]))
             depthwise.append(g == c)
+            nhwc.append(bool(int(r["Channels_Last"])))
             device = r["Device"].strip()
     if not nodes:
-        return np.array([]), [], np.array([], dtype=bool), None
+        return np.array([]), [], np.array([], dtype=bool), np.array([], dtype=bool), None
     model = helper.make_model(helper.make_graph(nodes, "grouped", inputs, outputs),
                               opset_imports=[helper.make_opsetid("", 17)])
     f = tilecast.analyze(model, default_lookup(device), predictor="roofline")
     if f.incomplete:
         raise SystemExit(f"Error: {sum(f.unshaped.values())} grouped convs could not be costed")
-    return np.array(truth), [k.kernel for k in f.kernels], np.array(depthwise), device
+    kernels = [replace(k.kernel, cost=replace(k.kernel.cost, native=None)) if cl else k.kernel
+               for k, cl in zip(f.kernels, nhwc, strict=True)]
+    return np.array(truth), kernels, np.array(depthwise), np.array(nhwc), device
 
 
 def batch_norms(root: Path) -> tuple[np.ndarray, list, str | None]:
@@ -176,12 +182,28 @@ def conv_grad_rows(root: Path, truth: str = "Latency",
                               opset_imports=[helper.make_opsetid("", 17)])
     dev = default_lookup(device)
     preds = {}
-    for name, predictor in (("tilecast", "learned"), ("roofline", "roofline")):
+    for name, predictor in (("tilecast", "learned"), ("roofline", "roofline"),
+                            ("cudnn", _CudnnLayout(OnnxPredictor()))):
         f = tilecast.analyze(model, dev, mode="training", predictor=predictor)
         preds[name] = {k.kernel.name: k.latency_ms for k in f.kernels}
-    return [(name, dt, dims, ms, preds["tilecast"][f"conv{i}.{grad}"],
-             preds["roofline"][f"conv{i}.{grad}"])
+    # A channels-last row ran cuDNN's kernels, not PyTorch's own depthwise gradient.
+    return [(name, dt, dims, ms, preds["cudnn" if "NHWC" in name else "tilecast"][
+             f"conv{i}.{grad}"], preds["roofline"][f"conv{i}.{grad}"])
             for i, (name, dt, dims, ms, grad) in enumerate(rows) if ms > 0]
+
+
+class _CudnnLayout:
+    """The learned predictor on kernels handed to cuDNN: PyTorch's own NCHW kernels (its
+    depthwise conv and data gradient) are not what a channels-last row ran."""
+
+    def __init__(self, inner: OnnxPredictor) -> None:
+        self.inner, self.name = inner, inner.name
+
+    def predict(self, kernels: list, device: object) -> list:
+        from dataclasses import replace
+
+        return self.inner.predict([replace(k, cost=replace(k.cost, native=None))
+                                   for k in kernels], device)
 
 
 def conv_grads(root: Path, truth: str = "Latency",
@@ -246,12 +268,14 @@ def scored(root: Path, conv_grad_truth: str = "Latency",
                 m = (c.dtype == dt) & layout
                 if m.any():
                     out.append((name, dt, c.latency_ms[m], tc[m], rf[m]))
-    truth, kernels, dw, device = grouped_convs(root)
+    truth, kernels, dw, cl, device = grouped_convs(root)
     if len(truth):
         tc, rf, dtypes = _forecast_kernels(kernels, device, learned, roof)
         for dt in sorted(set(dtypes.tolist())):
-            for name, m in (("depthwise", dw & (dtypes == dt)), ("grouped", ~dw & (dtypes == dt))):
-                if m.any():
+            for name, m in (("depthwise (NCHW: PyTorch's kernel)", dw & ~cl),
+                            ("depthwise NHWC (cuDNN)", dw & cl), ("grouped", ~dw & ~cl),
+                            ("grouped NHWC", ~dw & cl)):
+                if (m := m & (dtypes == dt)).any():
                     out.append((name, dt, truth[m], tc[m], rf[m]))
     truth, kernels, device = batch_norms(root)
     if len(truth):

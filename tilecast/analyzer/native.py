@@ -21,6 +21,15 @@ kernels; fp32 and fp16 autocast (fp32 weights) run cuDNN. The native kernels
 DilatedMaxPool2d.cu): one thread per output in blocks of 256, each visiting its window's taps
 in a loop whose bounds are known only at run time, one load after another.
 
+**Depthwise conv.** PyTorch runs an NCHW 2-D depthwise conv (``groups`` = input channels)
+itself (``conv_depthwise2d_forward_kernel``, DepthwiseConv2d.cu) unless ``use_cudnn_depthwise``
+(Convolution.cpp) hands it to cuDNN, which it does only for fp16 input and weights with at
+least 32 channels (and then by a table of shapes tilecast does not model: such a conv is
+taken to be cuDNN's). One thread per output in blocks of 1024, each thread summing its
+window's taps. Our H100 and H200 ran this kernel for every NCHW bf16 depthwise conv they
+measured (163 rows, datasets/h100-sxm5-80gb, datasets/h200-sxm-141gb: grid ceil(outputs /
+1024) x 1024 threads on every row), and cuDNN's NHWC kernels for the channels-last ones.
+
 **Per-channel kernels.** Around those walks the native batch norm launches small kernels over
 its channels' fp32 statistics (``batch_norm_cuda`` in Normalization.cu): at inference it copies
 the running mean into the saved mean and turns the running variance into ``1 / sqrt(var +
@@ -43,10 +52,15 @@ from dataclasses import dataclass, replace
 
 from .params import STATS_OP
 from .runtime import PYTORCH_RUNTIMES
-from .types import Kernel, NativeBatchNorm, NativePool, OpCost
+from .types import Kernel, NativeBatchNorm, NativeDepthwise, NativePool, OpCost
+
+Native = NativeBatchNorm | NativePool | NativeDepthwise
 
 MAX_BLOCK_SIZE = 512  # Normalization.cuh (CUDA; ROCm builds use 256)
 POOL_THREADS = 256  # DilatedMaxPool2d.cu's BLOCK_THREADS
+DEPTHWISE_THREADS = 1024  # DepthwiseConv2d.cu's block (the recorded grids above)
+# use_cudnn_depthwise: fp16 convs with at least this many input channels may go to cuDNN.
+CUDNN_DEPTHWISE_MIN_CHANNELS = 32
 TRANSFORM_BLOCKS = 256 * 1024  # the transform's cap on channels x batch blocks
 # One block per channel: walks over the channel of the statistics kernel ("per_channel", also
 # a backward whose input needs no gradient: the reduction alone) and of the backward.
@@ -94,8 +108,11 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def launch(native: NativeBatchNorm | NativePool) -> Launch:
+def launch(native: Native) -> Launch:
     """The grid, block and per-thread walk PyTorch launches for ``native``."""
+    if isinstance(native, NativeDepthwise):
+        return Launch(ceil_div(native.outputs, DEPTHWISE_THREADS), DEPTHWISE_THREADS,
+                      native.taps)
     if isinstance(native, NativePool):
         return Launch(ceil_div(native.threads, POOL_THREADS), POOL_THREADS, native.taps)
     if native.kernel in WALKS:
@@ -110,15 +127,19 @@ def launch(native: NativeBatchNorm | NativePool) -> Launch:
                   ceil_div(native.n, rows * tb) * ceil_div(native.spatial, tf))
 
 
-def runs_native(native: NativeBatchNorm | NativePool, dtype: str, math: str,
-                runtime: str) -> bool:
+def runs_native(native: Native, dtype: str, math: str, runtime: str) -> bool:
     """Whether PyTorch runs ``native`` on its own kernels (module doc): only under its own
     runtimes; a batch norm in bf16 always, in fp16 unless autocast keeps the weights in fp32
-    (``amp-fp16``); a max pool always."""
+    (``amp-fp16``); a max pool always; a depthwise conv in fp32, bf16 and fp64, and in fp16 below
+    cuDNN's 32 channels (autocast casts the weights too); integer convs never."""
     if runtime not in PYTORCH_RUNTIMES:
         return False
     if isinstance(native, NativePool):
         return True
+    if isinstance(native, NativeDepthwise):
+        if dtype == "float16":
+            return native.channels < CUDNN_DEPTHWISE_MIN_CHANNELS
+        return dtype in ("float32", "bfloat16", "float64")
     return dtype == "bfloat16" or (dtype == "float16" and math != "amp-fp16")
 
 

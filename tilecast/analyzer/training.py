@@ -40,6 +40,7 @@ from .types import (
     Kernel,
     MatmulDims,
     NativeBatchNorm,
+    NativeDepthwise,
     NativePool,
     NodeView,
     OpCost,
@@ -105,6 +106,18 @@ def _grad_flops(c: OpCost) -> int:
     return 2 * d.b * d.m * d.n * d.k if d is not None else c.flops
 
 
+def _depthwise_dx(c: OpCost, x: TensorInfo) -> NativeDepthwise | None:
+    """PyTorch's own depthwise data gradient (``conv_depthwise2d_backward_kernel``): one
+    thread per element of dX, in blocks of 1024 like the forward's (our H100's lease-14 rows),
+    each visiting the taps of every output channel its input channel feeds; None unless the
+    forward runs PyTorch's own kernel. Its weight gradient (a block reduction per weight)
+    keeps the memory-bound rule."""
+    fwd = c.native
+    if not isinstance(fwd, NativeDepthwise) or c.conv is None:
+        return None
+    return NativeDepthwise(x.numel, fwd.taps * (c.conv.k // c.conv.c), fwd.channels)
+
+
 def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     node, c = r.node, r.cost
     x, w, y = node.input(0), node.input(1), node.outputs[0]
@@ -115,7 +128,7 @@ def _conv_bw(r: NodeResult, need: set[str]) -> list[tuple[str, OpCost]]:
     flops = _grad_flops(c)
     if x is not None and x.name in need:
         out.append(("dX", OpCost("conv", flops, _nb(y) + _nb(w) + _nb(x), c.dtype, "matrix",
-                                 matmul=dx, elements=x.numel)))
+                                 matmul=dx, elements=x.numel, native=_depthwise_dx(c, x))))
     if w is not None and w.name in need:
         out.append(("dW", OpCost("conv", flops, _nb(x) + _nb(y) + _nb(w), c.dtype, "matrix",
                                  matmul=dw, elements=w.numel)))

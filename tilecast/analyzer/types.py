@@ -187,6 +187,18 @@ class NativePool:
 
 
 @dataclass(frozen=True)
+class NativeDepthwise:
+    """PyTorch's native NCHW depthwise conv (``conv_depthwise2d_forward_kernel``): one thread
+    per output in blocks of 1024, each summing its ``taps`` products (the window, unrolled for
+    3 x 3 and 5 x 5); ``channels``: the input's, which decide whether an fp16 conv goes to
+    cuDNN instead (``analyzer.native``)."""
+
+    outputs: int
+    taps: int
+    channels: int
+
+
+@dataclass(frozen=True)
 class OpCost:
     """The static cost of one node (or one derived kernel).
 
@@ -218,7 +230,7 @@ class OpCost:
     state_bytes: int = 0
     # A kernel as PyTorch's own NCHW kernels run it, one load per thread at a time
     # (``analyzer.native``): set by the cost formulas, dropped where another library runs it.
-    native: NativeBatchNorm | NativePool | None = None
+    native: NativeBatchNorm | NativePool | NativeDepthwise | None = None
 
 
 @dataclass(frozen=True)

@@ -47,35 +47,41 @@ import numpy as np
 
 from ..analyzer.native import ceil_div, launch
 from ..analyzer.predictor import Prediction
-from ..analyzer.types import Kernel, NativeBatchNorm
+from ..analyzer.types import Kernel, NativeBatchNorm, NativeDepthwise, NativePool
 from ..device_db.device import Device
 from .device_columns import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM
 from .form import Q_HOST
+from .native_issue import MEASURED_ARCHS, issue_ms
 from .tensor_core import smooth_max
 
 
 def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
     """The floor of each kernel's busy time in ms; NaN where none applies (no native kernel, an
-    AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency)."""
+    AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency). A native
+    depthwise conv's floor is its instruction issue instead (``native_issue``)."""
     out = np.full(len(kernels), np.nan)
-    if device.dram_latency_ns is None or device.vendor != "nvidia":
+    if device.vendor != "nvidia":
         return out
-    latency_ms = device.dram_latency_ns * 1e-6
-    threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
-    blocks = MAX_BLOCKS_PER_SM.get(device.arch, 32)
     for i, k in enumerate(kernels):
         native = k.cost.native
-        if native is None:
-            continue
-        run = launch(native)
-        resident = device.sm_count * max(1, min(threads // run.threads, blocks))
-        if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
-            elements = native.n * native.channels * native.spatial
-            out[i] = ceil_div(elements, resident * run.threads) * latency_ms
-        else:
-            out[i] = ceil_div(run.blocks, resident) * run.steps * latency_ms
-        out[i] += queue_ms(k.cost.bytes, device)
+        if isinstance(native, NativeDepthwise):
+            out[i] = issue_ms(native, device)
+        elif native is not None and device.dram_latency_ns is not None:
+            out[i] = _walk(native, device) + queue_ms(k.cost.bytes, device)
     return out
+
+
+def _walk(native: NativeBatchNorm | NativePool, device: Device) -> float:
+    """The DRAM-latency walk of a batch-norm or max-pool kernel (module doc), ms."""
+    latency_ms = device.dram_latency_ns * 1e-6
+    run = launch(native)
+    threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
+    per_sm = max(1, min(threads // run.threads, MAX_BLOCKS_PER_SM.get(device.arch, 32)))
+    resident = device.sm_count * per_sm
+    if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
+        elements = native.n * native.channels * native.spatial
+        return ceil_div(elements, resident * run.threads) * latency_ms
+    return ceil_div(run.blocks, resident) * run.steps * latency_ms
 
 
 def queue_ms(nbytes: int | float, device: Device) -> float:
@@ -86,10 +92,11 @@ def queue_ms(nbytes: int | float, device: Device) -> float:
 
 def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
                  device: Device) -> list[Prediction]:
-    """Each native kernel's GPU time raised to its fixed part plus the walk where that is
-    longer, labelled bound by ``latency`` (the host dispatch then overlaps it as before); on an
-    NVIDIA GPU with no sourced latency the kernel keeps the learned time and is flagged
-    ``extrapolated``."""
+    """Each native kernel's GPU time raised to its fixed part plus the floor where that is
+    longer, labelled bound by ``latency`` (a walk) or ``compute`` (a depthwise conv's issue;
+    flagged ``extrapolated`` off the architectures it was measured on); the host dispatch
+    then overlaps it as before. On an NVIDIA GPU with no sourced latency a walk keeps the
+    learned time and is flagged ``extrapolated``."""
     floor = walk_ms(kernels, device)
     out = list(predictions)
     for i, (p, k) in enumerate(zip(predictions, kernels, strict=True)):
@@ -103,9 +110,12 @@ def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
             continue
         host = np.array([p.host_ms or 0.0])
         latency = float(smooth_max(host, np.array([gpu]), Q_HOST)[0]) if p.host_ms else gpu
+        issue = isinstance(k.cost.native, NativeDepthwise)
         # A longer GPU time never shortens the forecast (the predictor's own blend of host and
         # GPU time is not this smooth maximum everywhere).
-        # No fold scored a walk: the kernel's error band no longer applies (bands.py).
-        out[i] = replace(p, latency_ms=max(latency, p.latency_ms), gpu_ms=gpu, bound="latency",
-                         band=None)
+        # No fold scored a floor: the kernel's error band no longer applies (bands.py).
+        out[i] = replace(p, latency_ms=max(latency, p.latency_ms), gpu_ms=gpu,
+                         bound="compute" if issue else "latency", band=None,
+                         extrapolated=p.extrapolated or (
+                             issue and device.arch not in MEASURED_ARCHS))
     return out

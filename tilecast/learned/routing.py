@@ -8,8 +8,12 @@ A kernel becomes one part, or several whose latencies add up (attention). The ru
   and its work). Where the predictor has no conv model, and for convs without geometry
   (backward dX / dW), the matmul model on the implicit-GEMM view, flagged as a fallback;
   so do tensor-core and int8 convs (no conv data: cuDNN runs them as implicit GEMMs).
-- grouped and depthwise conv (groups > 1): few multiply-adds per byte (a depthwise 3x3 does 9
-  per output element), so the memory-bound rule below, flagged as a fallback.
+- a 16-bit or TF32 grouped conv of ``GROUP_MMA_CHANNELS`` or more input channels per group:
+  cuDNN's tensor-core implicit GEMM, so the matmul model on its batched view (one product per
+  group), flagged as a fallback.
+- other grouped and depthwise convs (groups > 1): few multiply-adds per byte (a depthwise 3x3
+  does 9 per output element), so the memory-bound rule below, flagged as a fallback
+  (PyTorch's own depthwise kernel is then held to its issue rate: ``native_issue.py``).
 - elementwise: the elementwise model on ``elements``, ``bytes`` and ``flops``.
 - softmax / normalization with ``cost.rows``: the softmax / layernorm model.
 - a fused attention op with ``cost.matmul`` (b = batch*heads, m = seq_q, n = seq_kv,
@@ -33,11 +37,14 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..analyzer.types import DTYPE_SIZE, Kernel
+from ..analyzer.types import DTYPE_SIZE, Kernel, NativeDepthwise
 from .conv import TC_CHANNEL_MULTIPLE, ConvColumns
 
 # Convolutions that are not a cuDNN / MIOpen call: ONNX Runtime's own kernel for opset 27's
-# stateful causal conv (and its backward) takes its family's dispatch, not the conv call's.
+# stateful causal conv (and its backward) takes its family's dispatch, not the conv call's;
+# so does PyTorch's own depthwise kernel (a kernel whose ``cost.native`` is a
+# ``NativeDepthwise``): our H100 timed its smallest calls at 26 us (5th percentile of 123),
+# cuDNN's dense NCHW convs at 31 us.
 NOT_LIBRARY_CONV = ("CausalConvWithState", "CausalConvWithStateGrad")
 _KIND = {"matmul": 0, "conv": 1, "elementwise": 2, "softmax": 3, "normalization": 4,
          "attention": 5}
@@ -178,15 +185,26 @@ def _concat(parts: list[Parts]) -> Parts:
 _CONV_FIELDS = ("n", "c", "k", "h", "w", "p", "q", "r", "s", "stride")
 
 
-def _conv_geometry(kernels: Sequence[Kernel], kind: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(dense conv with geometry, grouped conv) masks; dims read only for conv kernels."""
-    dense, grouped = np.zeros(len(kind), dtype=bool), np.zeros(len(kind), dtype=bool)
+# cuDNN runs a 16-bit grouped conv of 4 or more input channels per group as a tensor-core
+# implicit GEMM (``sm80`` / ``sm90_xmma_fprop_implicit_gemm``: 176 of 179 such rows on our
+# H100 and H200), and one of 2 channels per group mostly on its direct SIMT kernel
+# (``conv2d_grouped_direct_kernel``: 43 of 56). datasets/h100-sxm5-80gb, h200-sxm-141gb.
+GROUP_MMA_CHANNELS = 4
+
+
+def _conv_geometry(kernels: Sequence[Kernel], kind: np.ndarray,
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(dense conv with geometry, grouped conv, grouped conv with at least
+    ``GROUP_MMA_CHANNELS`` input channels per group) masks; dims read only for conv kernels."""
+    n = len(kind)
+    dense, grouped, wide = (np.zeros(n, dtype=bool) for _ in range(3))
     for i in np.nonzero(kind == _KIND["conv"])[0]:
         geo = kernels[i].cost.conv
         if geo is not None:
             grouped[i] = geo.groups > 1
             dense[i] = not grouped[i]
-    return dense, grouped
+            wide[i] = grouped[i] and geo.c // geo.groups >= GROUP_MMA_CHANNELS
+    return dense, grouped, wide
 
 
 def _conv_parts(kernels: Sequence[Kernel], idx: np.ndarray, dtype: np.ndarray,
@@ -215,12 +233,14 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     col["reread"], col["reread_slice"], col["reread_operand"] = a[:, 16], a[:, 17], a[:, 18]
     col["weight"] = a[:, 19]  # a memory-bound kernel's pass state (OpCost.state_bytes)
     kind, has_mm, has_rows = col["kind"], col["b"] > 0, col["rows"] > 0
-    dense, grouped = _conv_geometry(kernels, kind)
+    dense, grouped, wide_groups = _conv_geometry(kernels, kind)
     # The conv data is fp32 SIMT only. Tensor-core (tf32 / fp16 / bf16) and int8 convolutions
     # run as implicit GEMMs on matrix units (cuDNN picks no Winograd or FFT for them): they
     # take the matmul model's implicit-GEMM view at the dtype's matrix peak.
     is_conv = dense & conv_model & np.isin(dtype, CONV_MEASURED_DTYPES)
-    is_mm = ((kind == 0) | (kind == 1)) & has_mm & ~is_conv & ~grouped
+    # A tensor-core grouped conv is a batched implicit GEMM, one product per group.
+    tc_groups = wide_groups & np.isin(dtype, list(TC_CHANNEL_MULTIPLE)) & (unit == "matrix")
+    is_mm = ((kind == 0) | (kind == 1)) & has_mm & ~is_conv & (~grouped | tc_groups)
     is_attn = (kind == 5) & has_mm
     is_soft, is_norm = (kind == 3) & has_rows, (kind == 4) & has_rows
     is_ew = kind == 2
@@ -244,8 +264,8 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     idx, c = sub(other)
     copy = np.maximum(c["bytes"] / (2.0 * c["itemsize"]), 1.0)
     # Their FLOPs run on the vector units (PyTorch's reductions, pools, gathers; grouped
-    # convs), except a fused attention's without matmul dims (a decode step's): its dot
-    # products are matrix-unit MMAs, so they take that peak.
+    # convs on CUDA cores), except a fused attention's without matmul dims (a decode step's):
+    # its dot products are matrix-unit MMAs, so they take that peak.
     fused = (kind[idx] == _KIND["attention"]) & (unit[idx] == "matrix")
     elementwise.append(_parts(idx, c | {"elements": copy, "bytes": 2 * copy * c["itemsize"]},
                               dtype[idx], np.where(fused, "matrix", "vector").astype(object),
@@ -262,7 +282,9 @@ def route(kernels: Sequence[Kernel], conv_model: bool = False) -> Routed:
     if conv_model:
         idx = np.nonzero(is_conv)[0]
         parts["conv"] = _conv_parts(kernels, idx, dtype[idx], col["itemsize"][idx])
-    library = ~np.isin(np.array([k.op_type for k in kernels], dtype=object), NOT_LIBRARY_CONV)
+    library = np.array([k.op_type not in NOT_LIBRARY_CONV
+                        and not isinstance(k.cost.native, NativeDepthwise) for k in kernels],
+                       dtype=bool)
     return Routed(parts, dtype, estimated, (kind == _KIND["conv"]) & library)
 
 

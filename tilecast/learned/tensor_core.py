@@ -84,10 +84,12 @@ def nchw_transpose_bytes(p: Parts, mask: np.ndarray, conv: np.ndarray,
     conv was measured. A compiled runtime picks NHWC and runs none (``runtime._graph``)."""
     if vendor != "nvidia":
         return np.zeros(int(mask.sum()))
-    itemsize, nbytes = p.itemsize[mask], p.bytes[mask]
-    y = itemsize * p.m[mask] * p.n[mask]
-    x = np.maximum(nbytes - itemsize * p.n[mask] * p.k[mask] - y, 0.0)
-    pointwise = np.abs(x - itemsize * p.m[mask] * p.k[mask]) <= itemsize * p.n[mask]
+    # b: a grouped conv's groups, one implicit GEMM each (77 of 78 NCHW tensor-core grouped
+    # rows on our H100 and H200 transpose too; every channels-last one runs without).
+    b, itemsize, nbytes = p.b[mask], p.itemsize[mask], p.bytes[mask]
+    y = itemsize * b * p.m[mask] * p.n[mask]
+    x = np.maximum(nbytes - itemsize * b * p.n[mask] * p.k[mask] - y, 0.0)
+    pointwise = np.abs(x - itemsize * b * p.m[mask] * p.k[mask]) <= itemsize * b * p.n[mask]
     return np.where(conv & ~pointwise, 2.0 * nbytes, 0.0)
 
 

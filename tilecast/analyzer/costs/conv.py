@@ -8,9 +8,11 @@ it. A dilated kernel reads the same number of taps as a dense one.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ..registry import REGISTRY, CostFn, register_all, register_steps
 from ..shape_rules import nhwc_weight
-from ..types import ConvDims, MatmulDims, NodeView, OpCost
+from ..types import ConvDims, MatmulDims, NativeDepthwise, NodeView, OpCost
 from .common import (
     Shape,
     attr_str,
@@ -54,9 +56,19 @@ def _cost(node: NodeView, d: MatmulDims, x_index: int, bias_adds: int,
                   elements=prod(out_shape(node)), conv=geometry)
 
 
-def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
+def depthwise(x: Shape, w: Shape, y: Shape, groups: int) -> NativeDepthwise | None:
+    """The native kernel PyTorch may run a 2-D depthwise conv on (every input channel its own
+    group, ``groups > 1``, any channel multiplier: ``is_depthwise`` in
+    aten/src/ATen/native/Convolution.cpp); None for any other conv."""
+    if len(x) != 4 or groups <= 1 or groups != x[1] or w[0] % x[1]:
+        return None
+    return NativeDepthwise(prod(y), prod(w[2:]), x[1])
+
+
+def conv(x_index: int, w_index: int, bias_index: int | None, native: bool = False) -> CostFn:
     """Factory. X (N, C, *in), W (M, C/g, *kernel), Y (N, M, *out): per group an
-    (N*out) x (C/g * kernel) @ (C/g * kernel) x (M/g) GEMM; the bias adds once per output."""
+    (N*out) x (C/g * kernel) @ (C/g * kernel) x (M/g) GEMM; the bias adds once per output.
+    ``native``: a float conv that PyTorch may run on its own depthwise kernel."""
 
     def fn(node: NodeView) -> OpCost:
         x, w, y = in_shape(node, x_index), in_shape(node, w_index), out_shape(node)
@@ -67,7 +79,8 @@ def conv(x_index: int, w_index: int, bias_index: int | None) -> CostFn:
         # Implicit GEMM per group: M = N*P*Q rows, N = K/g output channels, K = C/g*R*S.
         d = MatmulDims(g, x[0] * prod(y[2:]), w[0] // g, w[1] * prod(w[2:]))
         has_bias = bias_index is not None and has_input(node, bias_index)
-        return _cost(node, d, x_index, prod(y) if has_bias else 0, conv_dims(node, x, w, y, g))
+        cost = _cost(node, d, x_index, prod(y) if has_bias else 0, conv_dims(node, x, w, y, g))
+        return replace(cost, native=depthwise(x, w, y, g) if native else None)
 
     return fn
 
@@ -83,7 +96,7 @@ def conv_transpose(node: NodeView) -> OpCost:
     return _cost(node, d, 0, prod(y) if has_input(node, 2) else 0)
 
 
-register_all(("Conv",), conv(0, 1, 2))
+register_all(("Conv",), conv(0, 1, 2, native=True))
 register_all(("ConvInteger",), conv(0, 1, None))  # x, w, x_zero_point, w_zero_point
 register_all(("QLinearConv",), conv(0, 3, 8))  # x, x_scale, x_zp, w, w_scale, w_zp, y_s, y_zp, B
 register_all(("ConvTranspose",), conv_transpose)
