@@ -209,3 +209,14 @@ def test_pytorchs_own_depthwise_kernel_is_dispatched_as_its_own_op() -> None:
     assert native.kernel.cost.native is not None and cudnn.kernel.cost.native is None
     assert native.latency_ms == pytest.approx(ew, rel=0.25) and native.latency_ms < conv
     assert cudnn.latency_ms >= conv
+
+
+def test_analyze_names_the_kernels_held_to_their_issue() -> None:
+    from tilecast.report import render_table
+
+    model = _conv_model("bfloat16", 256, 96, 96, 96, hw=112)
+    eager, compiled = tilecast.analyze(model, "h100"), tilecast.analyze(model, "h100",
+                                                                        runtime="graph")
+    assert [k.kernel.op_type for k in eager.issue_bound] == ["Conv"]
+    assert "issue: 1 kernels" in render_table(eager)
+    assert not compiled.issue_bound and "issue:" not in render_table(compiled)

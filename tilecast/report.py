@@ -109,6 +109,14 @@ def _latency_lines(f: Forecast) -> list[str]:
         "\"Batch norm and max pool on PyTorch's native kernels\")"))
 
 
+def _issue_lines(f: Forecast) -> list[str]:
+    return _flagged(f.issue_bound, lambda n, ms: (
+        f"issue: {n} kernels, {ms:.3f} ms, bound by instruction issue: PyTorch runs NCHW "
+        "depthwise convs on its own kernel (fp32, bf16; fp16 below 32 channels), one thread "
+        "per output; counts measured on Hopper (docs/predictor.md, \"Depthwise and grouped "
+        "convs\")"))
+
+
 def _graph_floor_lines(f: Forecast) -> list[str]:
     return _flagged(f.below_graph_floor, lambda n, ms: (
         f"graph floor: {n} of {len(f.kernels)} kernels forecast under {GRAPH_FLOOR_US} us each "
@@ -131,7 +139,7 @@ def _unsupported_lines(f: Forecast) -> list[str]:
         lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
                      "ms of the total; the forecast is incomplete)")
     return (lines + _envelope_lines(f) + _alignment_lines(f) + _latency_lines(f)
-            + _graph_floor_lines(f))
+            + _issue_lines(f) + _graph_floor_lines(f))
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:

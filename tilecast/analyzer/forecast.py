@@ -13,7 +13,7 @@ from typing import Any
 from ..device_db.device import Device
 from ..errors import ConfigError, DeviceError
 from .band import ForecastBand, forecast_band
-from .types import DTYPE_SIZE, BroadcastReread, Kernel, MatmulDims, OpCost
+from .types import DTYPE_SIZE, BroadcastReread, Kernel, MatmulDims, NativeDepthwise, OpCost
 
 SCHEMA_VERSION = 1
 PHASES = ("forward", "backward", "update")
@@ -229,6 +229,13 @@ class Forecast:
         """Kernels held to their DRAM-latency walk: PyTorch's own NCHW batch-norm and max-pool
         kernels, whose threads wait on one load at a time (``learned.latency_walk``)."""
         return tuple(k for k in self.kernels if k.bound == "latency")
+
+    @property
+    def issue_bound(self) -> tuple[KernelForecast, ...]:
+        """Kernels held to their instruction issue: PyTorch's own NCHW depthwise conv and its
+        data gradient (``learned.native_issue``)."""
+        return tuple(k for k in self.kernels
+                     if k.bound == "compute" and isinstance(k.kernel.cost.native, NativeDepthwise))
 
     @property
     def below_graph_floor(self) -> tuple[KernelForecast, ...]:
