@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Callable
+from functools import partial
 
 from .analyzer.costs.zero import CPU_ONLY
 from .analyzer.epilogues import FUSED_EPILOGUE
@@ -101,20 +102,26 @@ def _flagged(kernels: tuple, line: Callable[[int, float], str]) -> list[str]:
     return [line(len(kernels), sum(k.latency_ms for k in kernels))] if kernels else []
 
 
-def _latency_lines(f: Forecast) -> list[str]:
-    return _flagged(f.latency_bound, lambda n, ms: (
-        f"latency: {n} kernels, {ms:.3f} ms, bound by DRAM latency: PyTorch runs them on its "
-        "own NCHW kernels (batch norm in bf16 or with fp16 weights, max pool), one load per "
-        "thread at a time; fp16 autocast hands batch norm to cuDNN (docs/predictor.md, "
-        "\"Batch norm and max pool on PyTorch's native kernels\")"))
+# Kernels held to a floor of PyTorch's own NCHW kernels: (label, why), one line each.
+_NATIVE_FLOORS = (
+    ("latency", "bound by DRAM latency: PyTorch runs them on its own NCHW kernels (batch norm in "
+                "bf16 or with fp16 weights, max pool), one load per thread at a time; fp16 "
+                "autocast hands batch norm to cuDNN (docs/predictor.md, \"Batch norm and max "
+                "pool on PyTorch's native kernels\")"),
+    ("issue", "bound by instruction issue: PyTorch runs NCHW depthwise convs on its own kernel "
+              "(fp32, bf16; fp16 below 32 channels), one thread per output; counts measured on "
+              "Hopper (docs/predictor.md, \"Depthwise and grouped convs\")"),
+)
 
 
-def _issue_lines(f: Forecast) -> list[str]:
-    return _flagged(f.issue_bound, lambda n, ms: (
-        f"issue: {n} kernels, {ms:.3f} ms, bound by instruction issue: PyTorch runs NCHW "
-        "depthwise convs on its own kernel (fp32, bf16; fp16 below 32 channels), one thread "
-        "per output; counts measured on Hopper (docs/predictor.md, \"Depthwise and grouped "
-        "convs\")"))
+def _native_floor_lines(f: Forecast) -> list[str]:
+    held = {"latency": f.latency_bound, "issue": f.issue_bound}
+    return [line for label, why in _NATIVE_FLOORS
+            for line in _flagged(held[label], partial(_held_line, label, why))]
+
+
+def _held_line(label: str, why: str, n: int, ms: float) -> str:
+    return f"{label}: {n} kernels, {ms:.3f} ms, {why}"
 
 
 def _graph_floor_lines(f: Forecast) -> list[str]:
@@ -138,8 +145,8 @@ def _unsupported_lines(f: Forecast) -> list[str]:
     if f.incomplete:
         lines.append(f"  (bytes-only memory-bound estimates, marked !: {f.unsupported_ms:.3f} "
                      "ms of the total; the forecast is incomplete)")
-    return (lines + _envelope_lines(f) + _alignment_lines(f) + _latency_lines(f)
-            + _issue_lines(f) + _graph_floor_lines(f))
+    return (lines + _envelope_lines(f) + _alignment_lines(f) + _native_floor_lines(f)
+            + _graph_floor_lines(f))
 
 
 def _zero_cost_lines(f: Forecast) -> list[str]:
