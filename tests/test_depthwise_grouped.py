@@ -220,3 +220,18 @@ def test_analyze_names_the_kernels_held_to_their_issue() -> None:
     assert [k.kernel.op_type for k in eager.issue_bound] == ["Conv"]
     assert "issue: 1 kernels" in render_table(eager)
     assert not compiled.issue_bound and "issue:" not in render_table(compiled)
+
+
+def test_a_grouped_conv_pays_for_the_tiles_it_leaves_empty() -> None:
+    """32 x 512 x 224 x 224 in 32 groups of 16 channels, 3 x 3: per group an implicit GEMM of
+    n = 16 output channels over k = 16 x 9 = 144, on cuDNN's 64 x 64 x 64 tiles (the H100's
+    kernel names): 64 / 16 x 192 / 144 = 5.33 times its FLOPs in MMA work (m = 32 x 224 x 224
+    fills its tiles). A dense conv (one group) is not a grouped GEMM."""
+    from tilecast.learned.routing import route
+    from tilecast.learned.tensor_core import group_tile_padding
+
+    grouped = _kernel(_conv_model("bfloat16", 32, 512, 512, 32, hw=224)).kernel
+    dense = _kernel(_conv_model("bfloat16", 32, 64, 64, 1, hw=56)).kernel
+    mm = route([grouped, dense], conv_model=True).parts["matmul"]
+    padding = group_tile_padding(mm, np.ones(2, dtype=bool), np.ones(2, dtype=bool))
+    assert padding[0] == pytest.approx(4 * 192 / 144) and padding[1] == 0.0

@@ -201,8 +201,9 @@ class OnnxPredictor:
             moved = tensor_core.nchw_transpose_bytes(p, tc, conv[tc], device.vendor)
             stream, transposes = self._stream_and_transposes(f, p, tc, moved, device)
             slow = tensor_core.load_width_slowdown(p, tc, conv[tc])
+            padding = tensor_core.group_tile_padding(p, tc, conv[tc])
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
-                                      terms["fixed"], terms["host"], transposes, slow)
+                                      terms["fixed"], terms["host"], transposes, slow, padding)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
                                 ("compute", s.compute_ms), ("memory", s.memory_ms),
                                 ("layout", transposes)):

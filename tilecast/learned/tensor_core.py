@@ -109,6 +109,28 @@ def transposes_ms(stream_ms: np.ndarray, device: Device) -> np.ndarray:
     return np.where(stream_ms > 0, np.maximum(stream_ms, floor), 0.0)
 
 
+# cuDNN's tensor-core grouped conv kernel: one group's implicit GEMM per CTA tile of 64 x 64
+# x 64 (M x N x K), `sm80_xmma_fprop_implicit_gemm_indexed_..._tilesize64x64x64` on 113 of
+# the 121 H100 rows with 4+ channels per group (the rest 128 x 64 x 64).
+GROUP_TILE = 64
+
+
+def group_tile_padding(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndarray:
+    """For each row of ``mask`` that is a grouped conv's batched implicit GEMM (a conv with b
+    groups > 1): the MMA work its tiles do over its FLOPs, every one of m, n and k rounded up
+    to ``GROUP_TILE``; 0 elsewhere. A group of 16 output channels fills a quarter of a tile's
+    columns: the H100's 32-group convs sustain 124 TFLOP/s of useful work with 16 channels per
+    group (3 x 3), 40 with 8 and 9-20 with 4, about their tiles' fill (1 / 5.3, 1 / 14, 1 / 28)
+    times a dense conv's rate."""
+    def up(x: np.ndarray) -> np.ndarray:
+        return np.ceil(x / GROUP_TILE) * GROUP_TILE
+
+    m, n, k = p.m[mask], p.n[mask], p.k[mask]
+    grouped = conv & (p.b[mask] > 1)
+    padded = up(m) * up(n) * up(k) / np.maximum(m * n * k, 1.0)
+    return np.where(grouped, padded, 0.0)
+
+
 def load_width_slowdown(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndarray:
     """For each row of ``mask``: 16 bytes over the widest load the rows of its operands allow
     (the largest power of two dividing n x itemsize and k x itemsize, at most 16), 1 where that
@@ -135,14 +157,19 @@ def load_width_slowdown(p: Parts, mask: np.ndarray, conv: np.ndarray) -> np.ndar
 def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndarray,
               fixed_ms: np.ndarray, host_ms: np.ndarray,
               transposes_ms: np.ndarray | float = 0.0,
-              slowdown: np.ndarray | float = 1.0) -> Sustained:
+              slowdown: np.ndarray | float = 1.0,
+              group_padding: np.ndarray | float = 0.0) -> Sustained:
     """Latency of the matrix-unit rows ``mask`` of the matmul family at ``fraction`` of the
     matrix peak, their DRAM bytes at the streaming time ``stream_ms`` (one per masked row),
     with the model's fixed cost and host dispatch; ``transposes_ms``: layout passes that run
     before and after the GEMM (``nchw_transpose_bytes``), added in series; ``slowdown``: the
-    compute term's factor for narrower operand loads (``load_width_slowdown``)."""
+    compute term's factor for narrower operand loads (``load_width_slowdown``);
+    ``group_padding``: where positive, a grouped conv's MMA work over its FLOPs
+    (``group_tile_padding``), which replaces the tile-wave count."""
     memory_bound = f.roof_memory_ms[mask] >= f.roof_compute_ms[mask]
-    compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask]) / fraction
+    compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask])
+    compute = np.where(group_padding > 0, f.roof_compute_ms[mask] * group_padding, compute)
+    compute = compute / fraction
     compute = compute * slowdown
     gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY) + transposes_ms
     return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, stream_ms)
