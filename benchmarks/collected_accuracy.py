@@ -139,6 +139,46 @@ def batch_norms(root: Path) -> tuple[np.ndarray, list, str | None]:
     return np.array(truth), kernels, device
 
 
+# `tilecast collect`'s broadcast ops as ONNX nodes: a (1, H) row added to (B, H); GPT-2's
+# causal-mask select, a (1, H) bool mask choosing between (B, H) and a 0-dim device tensor.
+BROADCAST_OPS = {"addb": ("Add", ("x", "row")), "whereb": ("Where", ("keep", "x", "floor"))}
+
+
+def broadcast_ops(root: Path) -> list[tuple[str, np.ndarray, list, str]]:
+    """(op, measured ms, analyzer kernels, device) of the broadcast-operand rows, each an ONNX
+    node costed by the analyzer with PyTorch's launch (eager): its non-vectorized loop."""
+    import csv
+
+    from onnx import TensorProto, helper
+
+    import tilecast
+    from tilecast.analyzer.native import select_backend
+    from tilecast.learned.dataset import COLLECT_DTYPES
+
+    out = []
+    for op, (onnx_op, names) in BROADCAST_OPS.items():
+        truth, nodes, inputs, outputs, device = [], [], [], [], None
+        for path in sorted((root / "kernels" / "nvidia" / "train" / op).glob("*.csv")):
+            for r in csv.DictReader(path.open()):
+                b, h = int(r["B"]), int(r["H"])
+                i, elem = len(nodes), _ONNX_TYPES[COLLECT_DTYPES.get(r["dtype"], r["dtype"])]
+                shapes = {"x": (elem, [b, h]), "row": (elem, [1, h]),
+                          "keep": (TensorProto.BOOL, [1, h]), "floor": (elem, [])}
+                inputs += [helper.make_tensor_value_info(f"{n}{i}", *shapes[n]) for n in names]
+                outputs.append(helper.make_tensor_value_info(f"y{i}", elem, [b, h]))
+                nodes.append(helper.make_node(onnx_op, [f"{n}{i}" for n in names], [f"y{i}"],
+                                              f"{op}{i}"))
+                truth.append(float(r["Latency"]))
+                device = r["Device"].strip()
+        if nodes:
+            model = helper.make_model(helper.make_graph(nodes, op, inputs, outputs),
+                                      opset_imports=[helper.make_opsetid("", 17)])
+            f = tilecast.analyze(model, default_lookup(device), predictor="roofline")
+            out.append((op, np.array(truth),
+                        select_backend([k.kernel for k in f.kernels], "graph", "eager"), device))
+    return out
+
+
 def _conv_row(r: dict) -> tuple[int, ...]:
     return tuple(int(r[x]) for x in ("B", "Input_Channel", "Output_Channel", "Kernel_Szie",
                                      "Input_Size", "Stride", "Padding", "Groups"))
@@ -277,6 +317,11 @@ def scored(root: Path, conv_grad_truth: str = "Latency",
                             ("grouped NHWC", ~dw & cl)):
                 if (m := m & (dtypes == dt)).any():
                     out.append((name, dt, truth[m], tc[m], rf[m]))
+    for op, truth, kernels, device in broadcast_ops(root):
+        tc, rf, dtypes = _forecast_kernels(kernels, device, learned, roof)
+        for dt in sorted(set(dtypes.tolist())):
+            m = dtypes == dt
+            out.append((f"{op} (broadcast: the loop)", dt, truth[m], tc[m], rf[m]))
     truth, kernels, device = batch_norms(root)
     if len(truth):
         tc, rf, dtypes = _forecast_kernels(kernels, device, learned, roof)

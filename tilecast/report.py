@@ -104,10 +104,12 @@ def _flagged(kernels: tuple, line: Callable[[int, float], str]) -> list[str]:
 
 # Kernels held to a floor of PyTorch's own NCHW kernels: (label, why), one line each.
 _NATIVE_FLOORS = (
-    ("latency", "bound by DRAM latency: PyTorch runs them on its own NCHW kernels (batch norm in "
-                "bf16 or with fp16 weights, max pool), one load per thread at a time; fp16 "
-                "autocast hands batch norm to cuDNN (docs/predictor.md, \"Batch norm and max "
-                "pool on PyTorch's native kernels\")"),
+    ("latency", "bound by DRAM latency: PyTorch runs them on its own kernels, one load per "
+                "thread at a time (NCHW batch norm in bf16 or with fp16 weights, max pool; "
+                "elementwise ops with a broadcast tensor operand and permuted copies on its "
+                "non-vectorized loop); fp16 autocast hands batch norm to cuDNN "
+                "(docs/predictor.md, \"Batch norm and max pool on PyTorch's native kernels\", "
+                "\"PyTorch's non-vectorized elementwise loop\")"),
     ("issue", "bound by instruction issue: PyTorch runs NCHW depthwise convs on its own kernel "
               "(fp32, bf16; fp16 below 32 channels), one thread per output; counts measured on "
               "Hopper (docs/predictor.md, \"Depthwise and grouped convs\")"),

@@ -227,7 +227,8 @@ class Forecast:
     @property
     def latency_bound(self) -> tuple[KernelForecast, ...]:
         """Kernels held to their DRAM-latency walk: PyTorch's own NCHW batch-norm and max-pool
-        kernels, whose threads wait on one load at a time (``learned.latency_walk``)."""
+        kernels and its non-vectorized elementwise loop, whose threads wait on one load at a
+        time (``learned.latency_walk``)."""
         return tuple(k for k in self.kernels if k.bound == "latency")
 
     @property

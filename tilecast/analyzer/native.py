@@ -30,6 +30,18 @@ window's taps. Our H100 and H200 ran this kernel for every NCHW bf16 depthwise c
 measured (163 rows, datasets/h100-sxm5-80gb, datasets/h200-sxm-141gb: grid ceil(outputs /
 1024) x 1024 threads on every row), and cuDNN's NHWC kernels for the channels-last ones.
 
+**The non-vectorized elementwise loop.** TensorIterator (ATen/native/cuda/CUDALoops.cuh,
+``gpu_kernel_impl_nocast``) runs an elementwise op on 16-byte vectors only when every operand
+is one contiguous run in the output's order. Otherwise (a broadcast tensor operand, the copy
+of a permuted tensor) it launches ``elementwise_kernel<128, vt>``: blocks of 128 threads over
+``128 vt`` outputs, each thread working out every operand's offset from its index and then
+loading, computing and storing one output before the next, ``vt`` of them (``unroll_factor``:
+2 for a result of 4 bytes or more, 4 below). The loads of the next output wait for the store
+of this one (the compiler cannot prove the pointers apart), so each thread waits ``vt``
+memory round trips in a row. Our H100's GPT-2 large trace at batch 4
+(datasets/h100-sxm5-80gb/traces) runs the attention mask's add on it (163,840 blocks, 241 us
+a layer) and the copies of the permuted heads (10,240 blocks, 23 us each).
+
 **Per-channel kernels.** Around those walks the native batch norm launches small kernels over
 its channels' fp32 statistics (``batch_norm_cuda`` in Normalization.cu): at inference it copies
 the running mean into the saved mean and turns the running variance into ``1 / sqrt(var +
@@ -52,13 +64,22 @@ from dataclasses import dataclass, replace
 
 from .params import STATS_OP
 from .runtime import PYTORCH_RUNTIMES
-from .types import Kernel, NativeBatchNorm, NativeDepthwise, NativePool, OpCost
+from .types import (
+    DTYPE_SIZE,
+    Kernel,
+    NativeBatchNorm,
+    NativeDepthwise,
+    NativeLoop,
+    NativePool,
+    OpCost,
+)
 
-Native = NativeBatchNorm | NativePool | NativeDepthwise
+Native = NativeBatchNorm | NativePool | NativeDepthwise | NativeLoop
 
 MAX_BLOCK_SIZE = 512  # Normalization.cuh (CUDA; ROCm builds use 256)
 POOL_THREADS = 256  # DilatedMaxPool2d.cu's BLOCK_THREADS
 DEPTHWISE_THREADS = 1024  # DepthwiseConv2d.cu's block (the recorded grids above)
+LOOP_THREADS = 128  # launch_legacy_kernel<128, vt>: the non-vectorized loop's block
 # use_cudnn_depthwise: fp16 convs with at least this many input channels may go to cuDNN.
 CUDNN_DEPTHWISE_MIN_CHANNELS = 32
 TRANSFORM_BLOCKS = 256 * 1024  # the transform's cap on channels x batch blocks
@@ -108,8 +129,18 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def launch(native: Native) -> Launch:
-    """The grid, block and per-thread walk PyTorch launches for ``native``."""
+def loop_unroll(dtype: str) -> int:
+    """``vt`` of the non-vectorized loop for a result of ``dtype`` (CUDALoops.cuh:
+    ``sizeof(arg0_t) >= 4 ? 2 : 4``)."""
+    return 2 if DTYPE_SIZE.get(dtype, 4) >= 4 else 4
+
+
+def launch(native: Native, dtype: str = "float32") -> Launch:
+    """The grid, block and per-thread walk PyTorch launches for ``native`` (``dtype``: the
+    kernel's, which sets the non-vectorized loop's unroll)."""
+    if isinstance(native, NativeLoop):
+        vt = loop_unroll(dtype)
+        return Launch(ceil_div(native.elements, LOOP_THREADS * vt), LOOP_THREADS, vt)
     if isinstance(native, NativeDepthwise):
         return Launch(ceil_div(native.outputs, DEPTHWISE_THREADS), DEPTHWISE_THREADS,
                       native.taps)
@@ -131,10 +162,11 @@ def runs_native(native: Native, dtype: str, math: str, runtime: str) -> bool:
     """Whether PyTorch runs ``native`` on its own kernels (module doc): only under its own
     runtimes; a batch norm in bf16 always, in fp16 unless autocast keeps the weights in fp32
     (``amp-fp16``); a max pool always; a depthwise conv in fp32, bf16 and fp64, and in fp16 below
-    cuDNN's 32 channels (autocast casts the weights too); integer convs never."""
+    cuDNN's 32 channels (autocast casts the weights too); integer convs never; the
+    non-vectorized loop always."""
     if runtime not in PYTORCH_RUNTIMES:
         return False
-    if isinstance(native, NativePool):
+    if isinstance(native, NativePool | NativeLoop):
         return True
     if isinstance(native, NativeDepthwise):
         if dtype == "float16":
@@ -151,9 +183,11 @@ def select_backend(kernels: Sequence[Kernel], math: str, runtime: str) -> list[K
     with_stats: set[tuple[str, ...]] = set()  # nodes whose transform uses batch statistics
     for k in kernels:
         native = k.cost.native
+        # A fused group's member (``Kernel.group``): a compiler writes the group's kernel.
+        fused = isinstance(native, NativeLoop) and k.group is not None
         if native is None:
             out.append(k)
-        elif not runs_native(native, k.dtype, math, runtime):
+        elif fused or not runs_native(native, k.dtype, math, runtime):
             out.append(replace(k, cost=replace(k.cost, native=None)))
         elif k.op_type == STATS_OP:
             with_stats.add(k.nodes)

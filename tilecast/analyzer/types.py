@@ -199,6 +199,17 @@ class NativeDepthwise:
 
 
 @dataclass(frozen=True)
+class NativeLoop:
+    """PyTorch's non-vectorized elementwise loop (``elementwise_kernel<128, vt>``,
+    ATen/native/cuda/CUDALoops.cuh) over ``elements`` outputs: TensorIterator runs it in
+    place of its 16-byte vector kernel when an operand is not laid out like the output (a
+    broadcast tensor, a permuted copy). Blocks of 128 threads, each visiting ``vt`` outputs
+    one after another (``analyzer.native``)."""
+
+    elements: int
+
+
+@dataclass(frozen=True)
 class OpCost:
     """The static cost of one node (or one derived kernel).
 
@@ -228,9 +239,9 @@ class OpCost:
     # last touched a whole pass earlier, so it comes from DRAM once the pass's weights and
     # state outgrow the L2 (``learned.predictor._stream_weights``).
     state_bytes: int = 0
-    # A kernel as PyTorch's own NCHW kernels run it, one load per thread at a time
+    # A kernel as PyTorch's own kernels run it, one load per thread at a time
     # (``analyzer.native``): set by the cost formulas, dropped where another library runs it.
-    native: NativeBatchNorm | NativePool | NativeDepthwise | None = None
+    native: NativeBatchNorm | NativePool | NativeDepthwise | NativeLoop | None = None
 
 
 @dataclass(frozen=True)

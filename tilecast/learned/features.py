@@ -312,8 +312,13 @@ def broadcast_misses(kc: KernelColumns, dc: DeviceColumns) -> np.ndarray | float
     extra bytes grow with the repeats and a larger slice keeps a smaller share."""
     if kc.reread_bytes is None or kc.reread_slice is None:
         return 0.0
-    return kc.reread_bytes * np.maximum(0.0, 1.0 - dc.l2_bytes / np.maximum(kc.reread_slice,
-                                                                         1.0))
+    return reread_misses(kc.reread_bytes, kc.reread_slice, dc.l2_bytes)
+
+
+def reread_misses(reread_bytes, slice_bytes, l2_bytes):
+    """The DRAM share of a broadcast operand's repeats (``broadcast_misses``): the part of each
+    repeated slice beyond the L2 (numpy arrays or floats)."""
+    return reread_bytes * np.maximum(0.0, 1.0 - l2_bytes / np.maximum(slice_bytes, 1.0))
 
 
 CYCLIC_KEEP_ALL = 0.5  # of a cache: a cyclic working set up to this share is all kept

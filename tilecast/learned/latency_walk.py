@@ -1,5 +1,5 @@
 """A floor on kernels whose threads keep one load in flight each: PyTorch's own NCHW batch-norm
-and max-pool kernels.
+and max-pool kernels, and its non-vectorized elementwise loop.
 
 Such a kernel cannot run faster than its threads can wait for their loads: every thread waits
 one DRAM latency per element it walks (``analyzer.native``: the launch PyTorch makes), and an
@@ -36,6 +36,25 @@ traced, where the walk alone said 285 (docs/predictor.md, "Batch norm and max po
 PyTorch's native kernels"). The datasheet bandwidth keeps it a floor. The learned models never
 saw these kernels (the training data is fp32, whose batch norms PyTorch hands to cuDNN, and
 has no pool), and the elementwise copy rate they give is 3-20x too fast for a per-channel walk.
+
+**The non-vectorized loop** (``analyzer.native``: a broadcast operand, a permuted copy) walks
+``vt`` outputs per thread, each a memory round trip after the last, so
+
+    busy >= ceil(blocks / (SMs x resident blocks per SM)) x vt x DRAM latency x miss share
+            + DRAM bytes / bandwidth
+
+where the bytes a kernel finds in the L2 (``features.l2_hits``, the rule the elementwise
+model uses, and the broadcast repeats it charges) neither queue at the DRAM nor wait its
+latency (the miss share: the DRAM part of the kernel's traffic). The training data never
+showed this loop: every elementwise row there is the vector kernel, which issues all of a
+thread's loads at once and streams at 0.8-0.9 of the bandwidth. Checked without a fitted
+number on every GPU that timed it: the labels' fp32 per-node CSVs (broadcast adds and
+``where`` of BERT, GPT-2 and OPT; floor / measured, median over the nodes past 1 M
+elements: A100 PCIe 40GB 0.82, V100 0.75, L4 0.87, MI210 0.71; ROCm builds the same loop)
+and our bf16 sweeps (``addb``, ``whereb``: H100 0.85-0.92, H200 0.78-0.84). Where the
+bandwidth per SM is low (L4, T4) the queue dominates and the floor adds nothing to the
+vector rate; where it is high the waits show: BERT-large's mask add takes 1.36x a vectorized
+op of the same bytes on the A100 PCIe 40GB and 1.00x on the L4.
 """
 
 from __future__ import annotations
@@ -47,37 +66,68 @@ import numpy as np
 
 from ..analyzer.native import ceil_div, launch
 from ..analyzer.predictor import Prediction
-from ..analyzer.types import Kernel, NativeBatchNorm, NativeDepthwise, NativePool
+from ..analyzer.types import Kernel, NativeBatchNorm, NativeDepthwise, NativeLoop, NativePool
 from ..device_db.device import Device
 from .device_columns import MAX_BLOCKS_PER_SM, MAX_THREADS_PER_SM
+from .features import l2_hits, reread_misses
 from .form import Q_HOST
 from .native_issue import MEASURED_ARCHS, issue_ms
 from .tensor_core import smooth_max
 
 
 def walk_ms(kernels: Sequence[Kernel], device: Device) -> np.ndarray:
-    """The floor of each kernel's busy time in ms; NaN where none applies (no native kernel, an
-    AMD GPU: ROCm's MIOpen / native choice is not modelled, or no sourced latency). A native
-    depthwise conv's floor is its instruction issue instead (``native_issue``)."""
+    """The floor of each kernel's busy time in ms; NaN where none applies (no native kernel, no
+    sourced latency, or an AMD GPU's batch norm, pool or depthwise conv: ROCm's MIOpen /
+    native choice is not modelled; its non-vectorized loop is PyTorch's own, as on NVIDIA). A
+    native depthwise conv's floor is its instruction issue instead (``native_issue``)."""
     out = np.full(len(kernels), np.nan)
-    if device.vendor != "nvidia":
-        return out
     for i, k in enumerate(kernels):
         native = k.cost.native
+        if not _floored(native, device):
+            continue
         if isinstance(native, NativeDepthwise):
             out[i] = issue_ms(native, device)
-        elif native is not None and device.dram_latency_ns is not None:
+        elif device.dram_latency_ns is None:
+            continue
+        elif isinstance(native, NativeLoop):
+            out[i] = _loop_ms(k, native, device)
+        else:
             out[i] = _walk(native, device) + queue_ms(k.cost.bytes, device)
     return out
+
+
+def _floored(native: object, device: Device) -> bool:
+    """Whether this module floors a kernel with ``native`` on ``device``'s vendor."""
+    return native is not None and (isinstance(native, NativeLoop) or device.vendor == "nvidia")
+
+
+def _resident_blocks(device: Device, threads: int) -> int:
+    """Blocks of ``threads`` the whole GPU holds at once, by the SMs' thread and block limits."""
+    threads_per_sm = MAX_THREADS_PER_SM.get(device.arch, 2048)
+    per_sm = max(1, min(threads_per_sm // threads, MAX_BLOCKS_PER_SM.get(device.arch, 32)))
+    return device.sm_count * per_sm
+
+
+def _loop_ms(k: Kernel, native: NativeLoop, device: Device) -> float:
+    """The non-vectorized loop's floor (module doc), ms: its waits on the share of its traffic
+    the L2 does not hold, and those bytes with the broadcast repeats' misses at the
+    bandwidth."""
+    run = launch(native, k.dtype)
+    traffic = float(k.cost.bytes)
+    l2 = device.l2_cache_mb * 2**20
+    dram = traffic - float(l2_hits(np.asarray(traffic), np.asarray(l2)))
+    rr = k.cost.reread
+    repeats = 0.0 if rr is None else float(reread_misses(rr.bytes, rr.slice_bytes, l2))
+    waits = ceil_div(run.blocks, _resident_blocks(device, run.threads)) * run.steps
+    share = dram / traffic if traffic > 0 else 0.0
+    return waits * device.dram_latency_ns * 1e-6 * share + queue_ms(dram + repeats, device)
 
 
 def _walk(native: NativeBatchNorm | NativePool, device: Device) -> float:
     """The DRAM-latency walk of a batch-norm or max-pool kernel (module doc), ms."""
     latency_ms = device.dram_latency_ns * 1e-6
     run = launch(native)
-    threads = MAX_THREADS_PER_SM.get(device.arch, 2048)
-    per_sm = max(1, min(threads // run.threads, MAX_BLOCKS_PER_SM.get(device.arch, 32)))
-    resident = device.sm_count * per_sm
+    resident = _resident_blocks(device, run.threads)
     if isinstance(native, NativeBatchNorm) and native.kernel == "transform":
         elements = native.n * native.channels * native.spatial
         return ceil_div(elements, resident * run.threads) * latency_ms
@@ -95,12 +145,12 @@ def hold_to_walk(predictions: Sequence[Prediction], kernels: Sequence[Kernel],
     """Each native kernel's GPU time raised to its fixed part plus the floor where that is
     longer, labelled bound by ``latency`` (a walk) or ``compute`` (a depthwise conv's issue;
     flagged ``extrapolated`` off the architectures it was measured on); the host dispatch
-    then overlaps it as before. On an NVIDIA GPU with no sourced latency a walk keeps the
-    learned time and is flagged ``extrapolated``."""
+    then overlaps it as before. On a GPU with no sourced latency a walk (or loop) keeps the
+    learned time and is flagged ``extrapolated``: the training data holds no such kernel."""
     floor = walk_ms(kernels, device)
     out = list(predictions)
     for i, (p, k) in enumerate(zip(predictions, kernels, strict=True)):
-        if k.cost.native is None or device.vendor != "nvidia":
+        if not _floored(k.cost.native, device):
             continue
         if np.isnan(floor[i]):
             out[i] = replace(p, extrapolated=True)

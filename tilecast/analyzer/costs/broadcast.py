@@ -68,3 +68,25 @@ def broadcast_reread(node: NodeView) -> BroadcastReread | None:
         return None
     found = [r for t in ins if (r := _operand(t, out)) is not None]
     return max(found, key=lambda r: r.bytes, default=None)
+
+
+def broadcasts_a_tensor(node: NodeView) -> bool:
+    """Whether an input of more than one element is broadcast against the output: a dim the
+    output has and the input lacks (size 1 or missing). TensorIterator then gives that
+    operand a stride of 0, the operands are no longer one contiguous run, and PyTorch runs
+    the op on its non-vectorized loop (``analyzer.native``): BERT's padding mask
+    ``[b, 1, 1, s]`` added to the scores ``[b, h, s, s]``, a position embedding
+    ``[1, s, d]`` added to ``[b, s, d]``. A one-element operand is left out: a Python scalar
+    is passed to the vector kernel as an argument, and the graph does not say whether the
+    value was one (a 0-dim device tensor takes the loop)."""
+    outs = [t for t in node.outputs if t.name and t.known]
+    if not outs:
+        return False
+    out = outs[0].shape
+    for t in node.inputs:
+        if t is None or not t.name or not t.known or t.numel <= 1 or len(t.shape) > len(out):
+            continue
+        s = _aligned(t.shape, len(out))
+        if any(s[d] != out[d] for d in range(len(out))):
+            return True
+    return False

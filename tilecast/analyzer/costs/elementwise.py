@@ -6,6 +6,9 @@ short polynomials, and these kernels are memory-bound on GPUs anyway. Composite 
 the arithmetic of their defining formula on top; each number below says how.
 Broadcast inputs count once at their own size in ``bytes``; what a kernel reads again when a
 broadcast dim repeats is recorded beside it (``broadcast.py``). The work is per output element.
+A standard op that broadcasts a tensor operand is also marked as PyTorch runs it: on its
+non-vectorized loop (``types.NativeLoop``, ``analyzer.native``), kept only under PyTorch's
+runtimes.
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from ..registry import CostFn, register_all
-from ..types import NodeView, OpCost
-from .broadcast import broadcast_reread
+from ..types import NativeLoop, NodeView, OpCost
+from .broadcast import broadcast_reread, broadcasts_a_tensor
 from .common import (
     attr_str,
     has_input,
@@ -33,20 +36,26 @@ GELU_TANH = 9  # 0.5x(1 + tanh(c(x + 0.044715x^3))): x^2, FMA (2), *x, *c, tanh,
 SIGMOID = 3  # 1 / (1 + exp(-x)): exp (negation folds into it), add, divide
 
 
-def _cost(node: NodeView, flops_per_element: int, *, out_dtype: bool = False) -> OpCost:
+def _cost(node: NodeView, flops_per_element: int, *, out_dtype: bool = False,
+          loop: bool = True) -> OpCost:
     n = prod(out_shape(node))
     dtype = node.outputs[0].dtype if out_dtype else None
     cost = vector_cost(node, "elementwise", flops_per_element * n, io_bytes(node),
                        dtype=dtype, elements=n)
-    reread = broadcast_reread(node)
-    return cost if reread is None else replace(cost, reread=reread)
+    # Only a standard op is one TensorIterator kernel in PyTorch (a contrib op is another
+    # runtime's fused kernel).
+    native = NativeLoop(n) if loop and not node.domain and broadcasts_a_tensor(node) else None
+    return replace(cost, reread=broadcast_reread(node), native=native)
 
 
-def elementwise(flops_per_element: int, *, out_dtype: bool = False) -> CostFn:
-    """Factory. ``out_dtype``: the compute dtype is the output's (casts)."""
+def elementwise(flops_per_element: int, *, out_dtype: bool = False,
+                loop: bool = True) -> CostFn:
+    """Factory. ``out_dtype``: the compute dtype is the output's (casts); ``loop``: PyTorch
+    runs the op as a TensorIterator kernel, on its non-vectorized loop where a tensor operand
+    is broadcast (not its quantization kernels)."""
 
     def fn(node: NodeView) -> OpCost:
-        return _cost(node, flops_per_element, out_dtype=out_dtype)
+        return _cost(node, flops_per_element, out_dtype=out_dtype, loop=loop)
 
     return fn
 
@@ -85,15 +94,15 @@ register_all(("Selu",), elementwise(5))  # Elu plus the gamma scale
 register_all(("Mish",), elementwise(5))  # x * tanh(softplus(x)): softplus 3, tanh, mul
 register_all(("Swish",), elementwise(SIGMOID + 2))  # x * sigmoid(alpha * x)
 register_all(("SwiGLU",), elementwise(SIGMOID + 3))  # a * sigmoid(alpha * a) * b
-register_all(("DequantizeLinear",), elementwise(2))  # (x - zero_point) * scale
+register_all(("DequantizeLinear",), elementwise(2, loop=False))  # (x - zero_point) * scale
 # ONNX's experimental ops of opsets 1-9, removed from the standard since but still in older
 # model zoo graphs (tiny YOLOv2's ImageScaler) and run by ONNX Runtime:
 register_all(("ImageScaler", "Affine"), elementwise(2))  # scale * x + bias: an FMA
 register_all(("Scale",), elementwise(1))
 register_all(("ScaledTanh",), elementwise(3))  # alpha * tanh(beta * x)
 register_all(("ParametricSoftplus",), elementwise(4))  # alpha * log(1 + exp(beta * x))
-register_all(("QuantizeLinear",), elementwise(4))  # divide, round, add zero point, saturate
-register_all(("DynamicQuantizeLinear",), elementwise(6))  # min/max pass (2) + quantize (4)
+register_all(("QuantizeLinear",), elementwise(4, loop=False))  # divide, round, zero pt, saturate
+register_all(("DynamicQuantizeLinear",), elementwise(6, loop=False))  # min/max (2) + quantize
 register_all(("Gelu",), elementwise(GELU_ERF), domain=MS)
 register_all(("QuickGelu",), elementwise(SIGMOID + 2), domain=MS)  # x * sigmoid(alpha * x)
 register_all(("BiasGelu",), elementwise(GELU_ERF + 1), domain=MS)  # bias add, then erf Gelu
