@@ -379,3 +379,24 @@ def test_speed_benchmark_runs_on_the_shipped_artifact(capsys) -> None:
         sys.argv = argv
     out = capsys.readouterr().out
     assert "session only : " in out and "end to end   : 300 kernels" in out
+
+
+def test_a_copy_is_inside_the_data(monkeypatch) -> None:
+    """A transpose, gather or concat does no FLOPs; the cheapest ops the sweep measured (ReLU,
+    a scalar add) do one per element and are as memory-bound as a copy, so a copy reads as one
+    (``features.COPY_FLOPS_PER_ELEMENT``): not ``extrapolated`` on an A100. The exported model
+    clamped the input to its training range before, so the forecast is the same to the bit;
+    read as zero FLOPs, the copy was flagged as outside the data."""
+    from tilecast.analyzer.types import Kernel, OpCost
+    from tilecast.device_db.loader import load_device
+    from tilecast.learned import features
+    from tilecast.learned.predictor import default_predictor
+
+    n = 4 * 1024 * 1280
+    copy = Kernel("t", ("t",), "Transpose", OpCost("movement", 0, 8 * n, "float32", elements=n))
+    pred, a100 = default_predictor(), load_device("a100-pcie-40gb")
+    (now,) = pred.predict([copy], a100)
+    monkeypatch.setattr(features, "COPY_FLOPS_PER_ELEMENT", 0.0)
+    (before,) = pred.predict([copy], a100)
+    assert not now.extrapolated and before.extrapolated
+    assert now.latency_ms == before.latency_ms

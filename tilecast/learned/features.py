@@ -97,7 +97,7 @@ UNITS: dict[str, str] = {
     "tensor_core": "1 when the kernel runs on tensor / matrix cores, 0 on SIMT units",
     "operands_per_element": "(bytes less a broadcast operand) / (elements * itemsize): "
                             "tensors streamed per element",
-    "log2_flops_per_element": "log2(1 + FLOPs / elements)",
+    "log2_flops_per_element": "log2(1 + FLOPs / elements), a copy read as 1 FLOP / element",
     "log2_cols": "log2 of the row length (elements)",
     "log2_threads": "log2(threads per block / 128)",
     "rows_per_block": "rows one block handles / 8 (warp-per-row kernels handle several)",
@@ -271,6 +271,14 @@ def _slots(dc: DeviceColumns, threads: np.ndarray) -> np.ndarray:
                                  dc.max_blocks_per_sm), 1.0)
 
 
+# A copy (a movement or gather kernel on the copy rule: no FLOPs) reads as the cheapest ops the
+# sweep measured, ReLU and a scalar add: one FLOP per element and as memory-bound as a copy.
+# The exported model clamps the input to its training range anyway, so this changes no
+# forecast; it keeps a plain copy from reading as outside the data (``extrapolated``). Every
+# training row does one FLOP per element or more.
+COPY_FLOPS_PER_ELEMENT = 1.0
+
+
 def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     elements = np.maximum(kc.elements, 1.0)
     blocks, per_block = rt.elementwise_tiles(elements, kc.itemsize)
@@ -284,7 +292,8 @@ def elementwise_features(kc: KernelColumns, dc: DeviceColumns) -> Features:
     block_bytes = per_block * moved / elements
     x = _device_x(kc, dc) | {
         "operands_per_element": streams_per_element(kc, elements),
-        "log2_flops_per_element": np.log2(1.0 + kc.flops / elements)}
+        "log2_flops_per_element": np.log2(1.0 + np.maximum(kc.flops / elements,
+                                                           COPY_FLOPS_PER_ELEMENT))}
     return _finish("elementwise", x, kc, dc, kc.flops / dc.peak_flops, kc.bytes, blocks, slots,
                    block_bytes, 0.0, broadcast_misses(kc, dc), cold=kc.cold_bytes)
 
