@@ -66,9 +66,22 @@ def conv_plan() -> list[Shape]:
 def rows_plan() -> list[Shape]:
     zoo = sorted(ZOO_DIR.glob("*.json"))
     ops = ("softmax", "ln", "add", "mul", "gelu", "relu", "tanh", "divu", "cast", "and", "addb",
-           "whereb", "maxt")
+           "whereb", "maxt", "permc")
     shapes = [s for op in ops for s in (*default_grid(op, 60), *zoo_shapes(op, zoo))]
-    return _shuffled(shapes + default_grid("bn", 60))
+    return _shuffled(shapes + default_grid("bn", 60) + default_grid("bnc", 60))
+
+
+def loops_plan() -> list[Shape]:
+    """What decides two open modelling choices (docs/predictor.md, "PyTorch's non-vectorized
+    elementwise loop" and "extrapolated"): the broadcast add, the permuted heads' copy and the
+    plain add at the zoo's sizes and on a grid (L2-resident to DRAM-bound), and inference
+    batch norms whose weights are fp32 (cuDNN's kernel for fp16 input) beside fp16 ones
+    (PyTorch's own), on the same shapes."""
+    zoo = sorted(ZOO_DIR.glob("*.json"))
+    ops = ("addb", "permc", "add")
+    rows = [s for op in ops for s in (*default_grid(op, 40), *zoo_shapes(op, zoo))]
+    bn = [Shape(op, s.dims) for s in default_grid("bn", 60) for op in ("bnc", "bn")]
+    return _shuffled(rows + bn)
 
 
 def training_plan() -> list[Shape]:
@@ -344,6 +357,11 @@ def main() -> None:
                                        ("bf16", "fp16"), 90 * s, dev),
         "llama-rows": lambda: kernels(a.out, "llama rows bf16", llama_rows_plan(), ("bf16",),
                                       45 * s, dev),
+        # stop 54: the loops and library kernels the forecast now tells apart, on any GPU:
+        # PyTorch's non-vectorized loop (broadcast rows, permuted copies) beside the vector
+        # kernel, and cuDNN's inference batch norm (fp16 input, fp32 weights) beside PyTorch's
+        "loops": lambda: kernels(a.out, "loops and batch norms fp16", loops_plan(),
+                                 ("fp16",), 30 * s, dev),
         "rows2": lambda: kernels(a.out, "rows bf16 (grid 2)", _shuffled(
             [x for op in rows for x in default_grid(op, 200)] + default_grid("bn", 200)),
             ("bf16",), 45 * s, dev),

@@ -267,6 +267,13 @@ def test_layout_mask_and_cast_ops_compute_what_they_name():
     assert build(Shape("and", (4, 8)), "bool", cpu)().dtype == torch.bool
     for op in ("addb", "whereb", "maxt"):
         assert build(Shape(op, (4, 8)), "fp16", cpu)().shape == (4, 8)
+    # 4 tokens of 2 heads of 64, copied head-major; 96 columns: 3 heads of 32
+    assert build(Shape("permc", (4, 128)), "fp32", cpu)().shape == (2, 4, 64)
+    assert build(Shape("permc", (4, 96)), "fp32", cpu)().shape == (3, 4, 32)
+    with pytest.raises(ConfigError, match="permc needs H a multiple of 32"):
+        build(Shape("permc", (4, 100)), "fp32", cpu)
+    # autocast's batch norm keeps fp32 weights: the output takes the input's dtype
+    assert build(Shape("bnc", (2, 8, 7)), "bf16", cpu)().dtype == torch.bfloat16
     with pytest.raises(ConfigError, match="and is measured in bool only"):
         build(Shape("and", (4, 8)), "fp16", cpu)
 

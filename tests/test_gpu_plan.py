@@ -28,7 +28,7 @@ def test_plans_hold_valid_shapes() -> None:
 
     shapes = [*plan.matmul_plan(), *plan.conv_plan(), *plan.rows_plan(),
               *plan.decode_linears(), *plan.alignment_plan(), *plan.training_plan(),
-              *plan.llama_rows_plan(), *plan.bn_training_plan(),
+              *plan.llama_rows_plan(), *plan.bn_training_plan(), *plan.loops_plan(),
               *plan.conv_gemm_plan(ROOT / "datasets" / "h100-sxm5-80gb")]
     assert all(len(s.dims) == len(OP_DIMS[s.op]) for s in shapes)
     assert [s for s in shapes if bad_dim(s.named)] == []  # the shapes file's own check

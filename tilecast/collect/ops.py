@@ -15,7 +15,16 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import ConfigError
-from .shapes import BN_TRAIN_OPS, CONV_OPS, FIXED_DTYPES, MASK_OPS, MATMUL_OPS, Shape
+from .shapes import (
+    BN_TRAIN_OPS,
+    CONV_OPS,
+    FIXED_DTYPES,
+    HEAD_DIM,
+    LAYOUT_OPS,
+    MASK_OPS,
+    MATMUL_OPS,
+    Shape,
+)
 from .timing import Timing, sm_clock_mhz, summarize, time_callable
 
 TORCH_DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "fp16": torch.float16,
@@ -108,10 +117,21 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
         x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
         stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
         return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
+    if shape.op == "bnc":  # autocast's batch norm: fp32 weights and statistics
+        x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
+        stats = [_rand((d["Channels"],), torch.float32, device) for _ in range(4)]
+        return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
     if shape.op in BN_TRAIN_OPS:
         return _bn_training(shape.op, d, dt, device)
     if shape.op in MASK_OPS:
         return _mask_op(shape.op, d, dt, device)
+    if shape.op in LAYOUT_OPS:
+        head = HEAD_DIM if d["H"] % HEAD_DIM == 0 else HEAD_DIM // 2
+        if d["H"] % head:
+            raise ConfigError(f"permc needs H a multiple of {head} (heads of {HEAD_DIM} or "
+                              f"{HEAD_DIM // 2} elements), got H={d['H']}")
+        x = _rand((d["B"], d["H"] // head, head), dt, device)
+        return lambda: x.transpose(0, 1).contiguous()
     x = _rand((d["B"], d["H"]), dt, device)
     if shape.op == "softmax":
         return lambda: torch.softmax(x, dim=-1)
@@ -174,7 +194,7 @@ def input_bytes(shape: Shape, dtype: str) -> int:
         return size * (img * (d["Input_Channel"] + d["Output_Channel"])
                        + d["Output_Channel"] * d["Input_Channel"] // d["Groups"]
                        * d["Kernel_Szie"] ** 2)
-    if shape.op == "bn" or shape.op in BN_TRAIN_OPS:
+    if shape.op in ("bn", "bnc") or shape.op in BN_TRAIN_OPS:
         return size * 2 * d["B"] * d["Channels"] * d["Input_Size"] ** 2
     if shape.op == "sdpa":  # Q, K, V and the output
         return size * 4 * d["B"] * d["Heads"] * d["Seq"] * d["Head_Dim"]

@@ -16,8 +16,13 @@ row measures (docs/predictor.md, "Open causes"): ``bmmt``, attention's ``Q K^T``
 product whose second operand, stored (B, N, K), is read transposed); the mask ops, which
 broadcast an operand and so leave PyTorch's vectorized elementwise kernel (``addb`` adds a
 (1, H) row to (B, H), ``whereb`` selects by a (1, H) bool mask against a 0-dim device tensor,
-``maxt`` clamps against a 0-dim device tensor); ``and`` on bool tensors; and ``cast`` to the
-other float width (16-bit <-> fp32: what autocast inserts). Training reads none of them yet
+``maxt`` clamps against a 0-dim device tensor); ``and`` on bool tensors; ``cast`` to the
+other float width (16-bit <-> fp32: what autocast inserts); ``permc``, the copy of permuted
+attention heads (``B, H``: B tokens of H / 64 heads of 64, copied head-major, as
+``.contiguous()`` or ``torch.matmul`` copies them: PyTorch's non-vectorized loop); and
+``bnc``, an inference batch norm with fp32 weights and statistics whatever the input's dtype
+(autocast's: cuDNN's kernel for fp16 input, PyTorch's own for bf16). Training reads none of
+them yet
 (``learned/dataset.py`` skips ops it does not model): they are the data a model input for
 layout and broadcasting needs.
 
@@ -60,10 +65,14 @@ ELEMENTWISE = ("add", "addu", "mul", "mulu", "div", "divu", "pow", "powu", "relu
                "tanh", "silu")
 # Elementwise kernels outside the shared schema (module docstring): broadcast masks, bool, casts.
 MASK_OPS = ("addb", "whereb", "maxt", "and", "cast")
-ROW_OPS = ELEMENTWISE + MASK_OPS
+LAYOUT_OPS = ("permc",)  # a permuted tensor's copy (module docstring)
+HEAD_DIM = 64  # permc's head width (H / HEAD_DIM heads; 32 where H is no multiple of 64)
+ROW_OPS = ELEMENTWISE + MASK_OPS + LAYOUT_OPS
+BN_INFERENCE_OPS = ("bn", "bnc")
 OP_DIMS: dict[str, tuple[str, ...]] = {
     **{op: MATMUL_DIMS for op in MATMUL_OPS}, "softmax": ROW_DIMS, "ln": ROW_DIMS,
-    "rms": ROW_DIMS, **{op: CONV_DIMS for op in CONV_OPS}, "bn": BN_DIMS,
+    "rms": ROW_DIMS, **{op: CONV_DIMS for op in CONV_OPS},
+    **{op: BN_DIMS for op in BN_INFERENCE_OPS},
     **{op: BN_TRAIN_DIMS for op in BN_TRAIN_OPS}, "sdpa": ATTENTION_DIMS,
     **{op: ROW_DIMS for op in ROW_OPS},
 }
@@ -72,7 +81,7 @@ FIXED_DTYPES: dict[str, str] = {"and": "bool"}
 FAMILIES: dict[str, tuple[str, ...]] = {
     "matmul": ("bmm", "bmmt", "mmtn"), "linear": ("linear",), "elementwise": ROW_OPS,
     "softmax": ("softmax",), "layernorm": ("ln", "rms"), "conv": ("conv",),
-    "convbackward": ("convdx", "convdw"), "batchnorm": ("bn",),
+    "convbackward": ("convdx", "convdw"), "batchnorm": BN_INFERENCE_OPS,
     "batchnormtraining": BN_TRAIN_OPS, "attention": ("sdpa",),
 }
 DTYPES = ("fp32", "tf32", "fp16", "bf16", "fp8")
@@ -183,7 +192,7 @@ def default_grid(op: str, per_op: int = 200) -> list[Shape]:
         return _attention_grid(rng, per_op)
     if op in BN_TRAIN_OPS:  # the inference grid's shapes, in both layouts
         return [Shape(op, (*s.dims, int(rng.integers(0, 2)))) for s in default_grid("bn", per_op)]
-    if op == "bn":
+    if op in BN_INFERENCE_OPS:
         return [Shape(op, (int(rng.choice([1, 2, 4, 8, 16, 32, 64])),
                            int(rng.choice([16, 32, 64, 128, 256, 512, 1024, 2048])),
                            int(rng.choice([7, 14, 28, 56, 112]))))
@@ -290,5 +299,6 @@ def zoo_shapes(op: str, configs: list[Path], batches=(1, 8), seqs=(512, 2048)) -
                     # the masks act on the attention scores; a cast on the hidden states
                     **{m: [Shape(op, (b * heads * s, s))] for m in MASK_OPS if m != "cast"},
                     "cast": [Shape(op, (t, h))],
+                    "permc": [Shape(op, (t, h))],  # the heads' copy of the hidden states
                 }.get(op, [Shape(op, (t, ffn))] if op in ELEMENTWISE else [])
     return list(dict.fromkeys(out))
