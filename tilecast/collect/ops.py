@@ -16,6 +16,7 @@ import torch.nn.functional as F
 
 from ..errors import ConfigError
 from .shapes import (
+    BN_INFERENCE_OPS,
     BN_TRAIN_OPS,
     CONV_OPS,
     FIXED_DTYPES,
@@ -113,13 +114,10 @@ def build(shape: Shape, dtype: str, device) -> Callable[[], object]:
                    for _ in range(3))
         causal = bool(d["Causal"])
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    if shape.op == "bn":
+    if shape.op in BN_INFERENCE_OPS:  # bnc: autocast's, fp32 weights and statistics
         x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
-        stats = [_rand((d["Channels"],), dt, device) for _ in range(4)]
-        return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
-    if shape.op == "bnc":  # autocast's batch norm: fp32 weights and statistics
-        x = _rand((d["B"], d["Channels"], d["Input_Size"], d["Input_Size"]), dt, device)
-        stats = [_rand((d["Channels"],), torch.float32, device) for _ in range(4)]
+        st = torch.float32 if shape.op == "bnc" else dt
+        stats = [_rand((d["Channels"],), st, device) for _ in range(4)]
         return lambda: F.batch_norm(x, stats[0], stats[1], stats[2], stats[3], training=False)
     if shape.op in BN_TRAIN_OPS:
         return _bn_training(shape.op, d, dt, device)
@@ -194,7 +192,7 @@ def input_bytes(shape: Shape, dtype: str) -> int:
         return size * (img * (d["Input_Channel"] + d["Output_Channel"])
                        + d["Output_Channel"] * d["Input_Channel"] // d["Groups"]
                        * d["Kernel_Szie"] ** 2)
-    if shape.op in ("bn", "bnc") or shape.op in BN_TRAIN_OPS:
+    if shape.op in BN_INFERENCE_OPS or shape.op in BN_TRAIN_OPS:
         return size * 2 * d["B"] * d["Channels"] * d["Input_Size"] ** 2
     if shape.op == "sdpa":  # Q, K, V and the output
         return size * 4 * d["B"] * d["Heads"] * d["Seq"] * d["Head_Dim"]

@@ -48,10 +48,10 @@ model uses, and the broadcast repeats it charges) neither queue at the DRAM nor 
 latency (the miss share: the DRAM part of the kernel's traffic). The training data never
 showed this loop: every elementwise row there is the vector kernel, which issues all of a
 thread's loads at once and streams at 0.8-0.9 of the bandwidth. Checked without a fitted
-number on every GPU that timed it: the labels' fp32 per-node CSVs (broadcast adds and
-``where`` of BERT, GPT-2 and OPT; floor / measured, median over the nodes past 1 M
-elements: A100 PCIe 40GB 0.82, V100 0.75, L4 0.87, MI210 0.71; ROCm builds the same loop)
-and our bf16 sweeps (``addb``, ``whereb``: H100 0.85-0.92, H200 0.78-0.84). Where the
+number on every GPU that timed it: the labels' fp32 per-node CSVs (broadcast adds of
+BERT, GPT-2 and OPT; floor / measured, median over the nodes past 1 M elements: A100 PCIe
+40GB 0.82, V100 0.93, MI210 0.82, L4 0.53; ROCm builds the same loop) and our bf16 sweeps
+(``addb``, ``whereb``, 0.1 ms and more: H100 0.90-0.96, H200 0.80-0.86). Where the
 bandwidth per SM is low (L4, T4) the queue dominates and the floor adds nothing to the
 vector rate; where it is high the waits show: BERT-large's mask add takes 1.36x a vectorized
 op of the same bytes on the A100 PCIe 40GB and 1.00x on the L4.
