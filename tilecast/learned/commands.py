@@ -93,7 +93,7 @@ def kernels_eval_command(data_dirs: Sequence[Path], predictor: Path | None, fmt:
 def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int = 1,
                   families: tuple[str, ...] = (), bands_path: Path | None = None) -> str:
     try:
-        from .conv_train import average_folds, logo_conv
+        from .conv_train import average_folds, fold_tile_tables, logo_conv
         from .cv import average_rows, logo, repeat_seeds, summary
         from .train import TrainConfig
     except ImportError as exc:
@@ -111,6 +111,7 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
         base = replace(base, families=tuple(f for f in base.families if f in families))
     # conv: its own GPUs, on held-out shapes (conv_train.py)
     samples = load_conv(data_dirs) if "conv" in base.families else None
+    tables = fold_tile_tables(data_dirs) if samples is not None else None
     seeds = repeat_seeds(repeats, base)
     runs, conv_runs = [], []
     collector = BandCollector() if bands_path is not None else None
@@ -125,8 +126,8 @@ def _logo_command(data_dirs: Sequence[Path], fmt: str, echo: Echo, repeats: int 
         others = any(f != "conv" for f in config.families)
         runs.append(logo(data_dirs, config, progress=echo, collect=fold_kernels)
                     if others else [])
-        conv_runs.append(logo_conv(samples, config, progress=echo, collect=fold_convs)
-                         if samples is not None else [])
+        conv_runs.append(logo_conv(samples, config, progress=echo, collect=fold_convs,
+                                   tables=tables) if samples is not None else [])
     if collector is not None:
         _write_bands(collector, bands_path, data_dirs, repeats, families, echo)
     rows, folds = average_rows(runs), average_folds(conv_runs)

@@ -44,6 +44,8 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+from . import tiles as tl
+
 ALGORITHMS = ("implicit_precomp_gemm", "implicit_gemm", "winograd", "winograd_nonfused", "fft")
 # Winograd and FFT in cuDNN need unit stride and dilation; these kernels cover 3x3 filters.
 WINOGRAD_TAPS = 3
@@ -55,7 +57,13 @@ IMPLICIT_TILE = (128, 64)  # scudnn_128x64, the most frequent recorded tile
 # (T4: N 4, C 93, K 1230, 5 x 5 -> 4 x 39; N 10, K 477, 17 x 17 -> 91 x 15). cuDNN's
 # benchmark picks it for convs with few output tiles (7 % of those under 20 tiles of 128 x 64).
 SMALL_TILE = (32, 32)
-WINOGRAD_GEMM_TILE = 64  # *_sgemm_64x64_nn, the most frequent tile of the nonfused SGEMM
+# The nonfused Winograd's 36 batched SGEMMs run a cuBLAS-class SIMT kernel (``*_sgemm_*_nn``)
+# whose tile differs by GPU generation: the A100's 2,594 recorded rows all ran 128 x 128, the
+# T4's mostly 128 x 64, the V100's 64 x 64 and 32 x 128. Training reads it from the names
+# (``gemm_tile``); a forecast takes the tile table's pick for the batched product
+# (``winograd_gemm_tiles``); 64 x 64 where neither is given.
+WINOGRAD_GEMM_TILE = (64.0, 64.0)
+WINOGRAD_POSITIONS = 36.0  # F(4x4, 3x3): (4 + 3 - 1)^2 transformed positions, one GEMM each
 FUSED_CHANNELS = 32  # output channels per fused Winograd block (recorded grids)
 FUSED_TILES = 32  # 2 x 2 output tiles per fused block, whatever their layout
 # tile148: 1 image x 4 x 8 tiles of 2 x 2 outputs (8 x 16 outputs), run by every GPU
@@ -98,6 +106,16 @@ def fused_block(kernels: str) -> tuple[float, float, float]:
     return block if block[0] * block[1] * block[2] == FUSED_TILES else FUSED_DEFAULT
 
 
+_GEMM_NAME = re.compile(r"sgemm_(\d+)x(\d+)")
+
+
+def gemm_tile(kernels: str) -> tuple[float, float]:
+    """The nonfused Winograd SGEMM's tile its kernel names show (``ampere_sgemm_128x128_nn``
+    -> (128, 128)), ``WINOGRAD_GEMM_TILE`` where they show none."""
+    m = _GEMM_NAME.search(kernels) if "winograd_nonfused" in kernels.lower() else None
+    return (float(m.group(1)), float(m.group(2))) if m else WINOGRAD_GEMM_TILE
+
+
 @dataclass(frozen=True)
 class ConvColumns:
     """Dense convolutions as parallel float64 arrays (``ConvDims`` fields, one row each)."""
@@ -118,6 +136,9 @@ class ConvColumns:
     algo: np.ndarray | None = None  # str, one of ALGORITHMS per row (features need it)
     fused: np.ndarray | None = None  # (rows, 3) fused Winograd block: images, tile rows, cols
     epilogue_bytes: np.ndarray | None = None  # a fused epilogue's extra reads (a residual)
+    # (rows, 2) the nonfused Winograd SGEMM's tile: rows covering the T transformed tiles,
+    # columns covering the K output channels (the recorded grids: x = ceil(T / first))
+    gemm_tile: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.n)
@@ -138,18 +159,33 @@ def eligible(cc: ConvColumns) -> dict[str, np.ndarray]:
             "winograd_nonfused": three, "fft": unit & (cc.r <= FFT_TILE // 2)}
 
 
-def candidates(cc: ConvColumns) -> tuple[np.ndarray, np.ndarray]:
-    """(row, algorithm) pairs: every ``CANDIDATES`` algorithm cuDNN offers for each row, rows
-    in order and implicit precomp GEMM (offered for every conv) first.
+def candidates(cc: ConvColumns, picks: tuple[np.ndarray, np.ndarray] | None = None,
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, algorithm, nonfused SGEMM tile) triples: every ``CANDIDATES`` algorithm cuDNN
+    offers for each row, rows in order and implicit precomp GEMM (offered for every conv)
+    first; the nonfused Winograd once per tile of ``picks`` (``winograd_gemm_tiles``: (row,
+    tile) pairs), else once on ``WINOGRAD_GEMM_TILE``.
 
     cuDNN's heuristics pick a fast algorithm among those it offers, so a forecast costs each
     candidate and keeps the fastest (``predictor._fastest``; docs/predictor.md,
-    "Convolutions"). Nothing in the choice depends on the batch N but the candidates'
-    forecasts, each of which never falls with N, so neither does their minimum."""
+    "Convolutions"). No candidate's features depend on the batch N, each forecast grows with
+    it, and a larger N's tiles are among a smaller one's, so their minimum never falls with N."""
     ok = eligible(cc)
     allowed = np.stack([ok[a] for a in CANDIDATES], axis=1)  # (rows, candidates)
     row, which = np.nonzero(allowed)
-    return row, np.asarray(CANDIDATES, dtype=object)[which]
+    algo = np.asarray(CANDIDATES, dtype=object)[which]
+    tile = np.broadcast_to(np.asarray(WINOGRAD_GEMM_TILE), (len(row), 2)).copy()
+    if picks is None:
+        return row, algo, tile
+    nonfused = algo == "winograd_nonfused"
+    keep_row, keep_algo, keep_tile = row[~nonfused], algo[~nonfused], tile[~nonfused]
+    pick_row, pick_tile = picks
+    mine = ok["winograd_nonfused"][pick_row]
+    row = np.concatenate([keep_row, pick_row[mine]])
+    algo = np.concatenate([keep_algo, np.full(int(mine.sum()), "winograd_nonfused", dtype=object)])
+    tile = np.concatenate([keep_tile, pick_tile[mine]])
+    order = np.argsort(row, kind="stable")  # rows in order, the tie-break order within
+    return row[order], algo[order], tile[order]
 
 
 @dataclass(frozen=True)
@@ -160,7 +196,11 @@ class AlgorithmWork:
     bytes: np.ndarray
     transform_bytes: np.ndarray  # part of ``bytes`` beyond X, W and Y once
     tiles: np.ndarray
-    tile_efficiency: np.ndarray  # useful outputs / outputs the padded tiles compute
+    # FLOPs one padded tile computes, fixed by the tile and the reduction (not the batch):
+    # the algorithm's FLOPs count the padding of its own output tiles (Winograd's 4 x 4),
+    # the GEMM tiles pad again over that (a P = 5 output is 2 x 2 Winograd tiles in one
+    # 128-row GEMM tile), so this is not ``flops / tiles``.
+    tile_flops: np.ndarray
     reduction: np.ndarray  # the reduction length of one tile's GEMM (C*R*S, or C)
     tile_m: np.ndarray  # rows and columns of the output tile its DRAM traffic is counted on
     tile_n: np.ndarray
@@ -204,22 +244,23 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     tile_m = np.where(small, SMALL_TILE[0], IMPLICIT_TILE[0])
     tile_n = np.where(small, SMALL_TILE[1], IMPLICIT_TILE[1])
     tiles = np.ceil(m / tile_m) * np.ceil(cc.k / tile_n)
-    eff = m * cc.k / (tiles * tile_m * tile_n)
+    tile_flops = 2.0 * tile_m * tile_n * c * cc.r * cc.s
     # Winograd and FFT multiply transformed tiles over the channels only.
     reduction = np.where(np.isin(algo, ("winograd", "winograd_nonfused", "fft")), c,
                          c * cc.r * cc.s)
 
     sel = algo == "winograd_nonfused"  # F(4x4, 3x3): alpha = 6, 36 batched GEMMs
     t4 = cc.n * np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
-    a2 = 36.0
+    a2 = WINOGRAD_POSITIONS
     gemm_io = a2 * (t4 * cc.c + cc.c * cc.k + t4 * cc.k)  # transformed operands and result
     wino_extra = cc.itemsize * 2 * gemm_io  # each written by a transform and read back
     flops = np.where(sel, 2.0 * a2 * t4 * cc.c * cc.k, flops)
     extra = np.where(sel, wino_extra, extra)
-    wt = WINOGRAD_GEMM_TILE
-    tiles = np.where(sel, a2 * np.ceil(t4 / wt) * np.ceil(cc.k / wt), tiles)
-    eff = np.where(sel, cc.n * cc.p * cc.q * cc.k / (16 * _pad_to(t4, wt) * _pad_to(cc.k, wt)),
-                   eff)
+    wt = (np.broadcast_to(np.asarray(WINOGRAD_GEMM_TILE), (len(cc), 2))
+          if cc.gemm_tile is None else cc.gemm_tile)
+    tiles = np.where(sel, a2 * np.ceil(t4 / wt[:, 0]) * np.ceil(cc.k / wt[:, 1]), tiles)
+    tile_flops = np.where(sel, 2.0 * wt[:, 0] * wt[:, 1] * cc.c, tile_flops)
+    tile_m, tile_n = np.where(sel, wt[:, 0], tile_m), np.where(sel, wt[:, 1], tile_n)
 
     sel = algo == "winograd"  # fused F(2x2, 3x3): alpha = 4
     t2 = cc.n * np.ceil(cc.p / 2) * np.ceil(cc.q / 2)
@@ -227,8 +268,8 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     img, rb, qb = _fused_outputs(cc)
     tiles = np.where(sel, np.ceil(cc.n / img) * np.ceil(cc.k / FUSED_CHANNELS)
                      * np.ceil(cc.p / rb) * np.ceil(cc.q / qb), tiles)
-    eff = np.where(sel, cc.n * cc.k * cc.p * cc.q / (tiles * img * FUSED_CHANNELS * rb * qb),
-                   eff)
+    # 32 channels of 32 tiles, 16 multiplies per (channel pair, 2 x 2 tile)
+    tile_flops = np.where(sel, 2.0 * 16.0 * FUSED_CHANNELS * FUSED_TILES * cc.c, tile_flops)
     # the transformed filter (4 x 4 per channel pair), written by its kernel and read back
     extra = np.where(sel, cc.itemsize * 2.0 * 16.0 * cc.c * cc.k, extra)
 
@@ -244,9 +285,30 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
     extra = np.where(sel, 2.0 * COMPLEX_BYTES * bins * transforms, extra)
     tiles = np.where(sel, np.ceil(cc.n * per_img * bins / IMPLICIT_TILE[0])
                      * np.ceil(cc.k / IMPLICIT_TILE[1]), tiles)
-    eff = np.where(sel, cc.p * cc.q / (per_img * out_per_tile**2), eff)
-    return AlgorithmWork(flops, io + extra, extra, np.maximum(tiles, 1.0), eff, reduction,
+    # a complex multiply-add (8 FLOPs) per frequency bin of the tile, over the channels
+    tile_flops = np.where(sel, 8.0 * IMPLICIT_TILE[0] * IMPLICIT_TILE[1] * c, tile_flops)
+    return AlgorithmWork(flops, io + extra, extra, np.maximum(tiles, 1.0), tile_flops, reduction,
                          tile_m.astype(np.float64), tile_n.astype(np.float64))
+
+
+def winograd_gemm_tiles(cc: ConvColumns, table: tl.TileTable, arch: str,
+                        sm_count: float) -> tuple[np.ndarray, np.ndarray]:
+    """(row, tile (., 2)) pairs: the tiles the tile table picks for each row's nonfused
+    Winograd SGEMMs, the batched product of 36 (K x C) @ (C x T) in tilecast's (b, m, n, k),
+    whose output columns (n = T) the tile's first side covers (as a matmul's ``tm`` covers
+    n). The picks are the tree's for T at the largest power-of-two batch not above N and for
+    that T doubled until past the tree's thresholds (``TileTable.growing_picks``): a larger
+    N's picks are among a smaller one's, so the fastest candidate never falls with N.
+
+    On the shared conv data the table's pick at the row's own T is what ran on 100 % of the
+    A100 80GB's nonfused rows (no A100 80GB trained the table), 96 % of the T4's and 70 % of
+    the V100's; Pascal's cuDNN runs 32 x 128 and 64 x 64 where its batched matmuls run
+    128 x 64 (docs/predictor.md, "The nonfused SGEMM's tile")."""
+    per_image = np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
+    t_ref = per_image * 2.0 ** np.floor(np.log2(np.maximum(cc.n, 1.0)))
+    b, sms = np.full(len(cc), WINOGRAD_POSITIONS), np.full(len(cc), float(sm_count))
+    row, tiles = table.growing_picks(arch, "nn", b, cc.k, t_ref, cc.c, sms)
+    return row, np.stack(tl.split_tiles(tiles), axis=1)
 
 
 def algorithm_strings(algo: np.ndarray) -> np.ndarray:

@@ -25,6 +25,7 @@ from ..analyzer.types import DTYPE_SIZE
 from . import conv as cv
 from . import features as ft
 from . import sweep_drift as sd
+from . import tiles as tl
 from .dataset import COLLECT_DTYPES
 from .prepare import DeviceLookup, FamilyData, default_lookup, resolve_devices
 
@@ -55,6 +56,7 @@ class ConvSamples:
     nhwc: np.ndarray  # bool
     algo: np.ndarray  # str: the algorithm the recorded kernel names show
     fused: np.ndarray  # (rows, 3): the fused Winograd block the names show (conv.fused_block)
+    gemm_tile: np.ndarray  # (rows, 2): the nonfused Winograd SGEMM tile (conv.gemm_tile)
     kernels: np.ndarray  # str: the recorded names
     position: np.ndarray  # the row's place in its CSV: 0 first, 1 last (the measuring order)
     drift_ms: np.ndarray  # the harness drift taken out of latency_ms (sweep_drift)
@@ -77,14 +79,29 @@ class ConvSamples:
 
     def as_served(self) -> ConvSamples:
         """The rows as a forecast sees them: the shape, not the fused Winograd block that ran
-        (every kernel family has ``conv.FUSED_DEFAULT``; docs/predictor.md, "Convolutions")."""
+        (every kernel family has ``conv.FUSED_DEFAULT``; docs/predictor.md, "Convolutions");
+        the nonfused SGEMM tiles are the tile table's (``fastest``)."""
         return replace(self, fused=np.tile(np.asarray(cv.FUSED_DEFAULT, dtype=np.float64),
                                            (len(self), 1)))
+
+    def gemm_tile_picks(self, lookup: DeviceLookup = default_lookup,
+                        table: tl.TileTable | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(row, tile) pairs: the nonfused SGEMM tiles ``table`` (default: the shipped one)
+        picks for each row on its GPU (``conv.winograd_gemm_tiles``)."""
+        table = table or tl.load_tile_table()
+        cc, rows, tiles = self.columns(), [], []
+        for name in sorted(set(self.device.tolist())):
+            idx = np.nonzero(self.device == name)[0]
+            dev = lookup(name)
+            row, tile = cv.winograd_gemm_tiles(cv.take(cc, idx), table, dev.arch, dev.sm_count)
+            rows.append(idx[row])
+            tiles.append(tile)
+        return np.concatenate(rows), np.concatenate(tiles)
 
     def columns(self, algo: np.ndarray | None = None) -> cv.ConvColumns:
         return cv.ConvColumns(self.n, self.c, self.k, self.h, self.w, self.p, self.q, self.r,
                               self.s, self.stride, self.itemsize, self.dtype, self.nhwc, algo,
-                              self.fused)
+                              self.fused, gemm_tile=self.gemm_tile)
 
 
 def _num(row: dict[str, str], key: str, default: float) -> float:
@@ -109,7 +126,7 @@ def _row(r: dict[str, str]) -> dict | None:
                 "dtype": dtype, "itemsize": float(DTYPE_SIZE.get(dtype, 4)),
                 "nhwc": _num(r, "Channels_Last", 0) == 1,
                 "algo": cv.classify_kernels(kernels), "kernels": kernels,
-                "fused": cv.fused_block(kernels)}
+                "fused": cv.fused_block(kernels), "gemm_tile": cv.gemm_tile(kernels)}
 
 
 def read_conv_csv(path: Path, drift: bool = True) -> ConvSamples | None:
@@ -209,17 +226,21 @@ def conv_family_data(s: ConvSamples, lookup: DeviceLookup = default_lookup,
 
 
 def fastest(s: ConvSamples, predict_ms: Callable[[FamilyData], np.ndarray],
-            lookup: DeviceLookup = default_lookup) -> tuple[np.ndarray, np.ndarray]:
+            lookup: DeviceLookup = default_lookup,
+            table: tl.TileTable | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(forecast ms, algorithm) per row: the fastest of the candidate algorithms cuDNN offers
     (``conv.candidates``), each forecast by ``predict_ms``; the serving rule
-    (``predictor._fastest``), for the torch models of training and the protocol."""
+    (``predictor._fastest``), for the torch models of training and the protocol; ``table``
+    picks the nonfused SGEMM tiles (``ConvSamples.as_served``)."""
     s = s.as_served()
-    row, algo = cv.candidates(s.columns())
-    ms = predict_ms(conv_family_data(s.select(row), lookup, algo))
+    row, algo, tile = cv.candidates(s.columns(), s.gemm_tile_picks(lookup, table))
+    ms = predict_ms(conv_family_data(replace(s.select(row), gemm_tile=tile), lookup, algo))
     best = np.full(len(s), np.inf)
     pick = np.full(len(s), "", dtype=object)
     for name in cv.CANDIDATES:  # in tie-break order: the first of equals stays
-        mine = np.nonzero(algo == name)[0]
-        better = mine[ms[mine] < best[row[mine]]]
-        best[row[better]], pick[row[better]] = ms[better], name
+        mine = algo == name
+        own = np.full(len(s), np.inf)  # the algorithm's fastest tile per row
+        np.minimum.at(own, row[mine], ms[mine])
+        better = own < best
+        best[better], pick[better] = own[better], name
     return best, pick

@@ -21,8 +21,9 @@ import numpy as np
 
 from . import conv as cv
 from . import conv_data as cd
+from . import tiles as tl
 from .export import FamilyWeights
-from .prepare import DeviceLookup, default_lookup
+from .prepare import DeviceLookup, default_lookup, fit_tiles
 from .train import Progress, TrainConfig, fit_family, log_ratio_error, predict_torch, to_weights
 
 MAX_TRAIN_ROWS = 20_000  # seeded subsample above this: conv trains in well under a minute
@@ -67,10 +68,33 @@ def fit_conv(train: cd.ConvSamples, config: TrainConfig, lookup: DeviceLookup = 
     return fit_family(data, config, vdata, progress), data
 
 
-def forecast(model, s: cd.ConvSamples,
-             lookup: DeviceLookup = default_lookup) -> tuple[np.ndarray, np.ndarray]:
-    """(ms, algorithm) of the serving rule on ``s``: the fastest candidate algorithm."""
-    return cd.fastest(s, lambda data: predict_torch(model, data), lookup)
+def forecast(model, s: cd.ConvSamples, lookup: DeviceLookup = default_lookup,
+             table: tl.TileTable | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(ms, algorithm) of the serving rule on ``s``: the fastest candidate algorithm, the
+    nonfused SGEMM tiles from ``table`` (default: the shipped tile table)."""
+    return cd.fastest(s, lambda data: predict_torch(model, data), lookup, table)
+
+
+TileTables = Callable[[str], "tl.TileTable | None"]
+
+
+def fold_tile_tables(data_dirs: Sequence[Path | str],
+                     lookup: DeviceLookup = default_lookup) -> TileTables:
+    """The tile table of each conv fold: fit on the matmul sweeps of every GPU but the held-out
+    one (the tile of a nonfused conv must not come from the held-out GPU's own kernels);
+    None where the folders hold no matmul sweep (the shipped table then serves)."""
+    from .dataset import load_kernels
+
+    train = load_kernels(data_dirs, "train")
+    train = train.select(train.family == "matmul")
+    cache: dict[str, tl.TileTable | None] = {}
+
+    def table(gpu: str) -> tl.TileTable | None:
+        if gpu not in cache:
+            rest = train.select(train.device != gpu)
+            cache[gpu] = fit_tiles(rest, lookup) if len(rest) else None
+        return cache[gpu]
+    return table
 
 
 def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.ndarray:
@@ -84,10 +108,11 @@ def roofline_ms(s: cd.ConvSamples, lookup: DeviceLookup = default_lookup) -> np.
 
 def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
               lookup: DeviceLookup = default_lookup, progress: Progress | None = None,
-              collect: Callable[[np.ndarray, np.ndarray], None] | None = None
-              ) -> list[ConvFold]:
+              collect: Callable[[np.ndarray, np.ndarray], None] | None = None,
+              tables: TileTables | None = None) -> list[ConvFold]:
     """Every fold of the protocol (module docstring), one per GPU with conv data;
-    ``collect(measured_ms, forecast_ms)`` receives each fold's held-out convs."""
+    ``collect(measured_ms, forecast_ms)`` receives each fold's held-out convs; ``tables``
+    gives each fold's tile table (``fold_tile_tables``; None: the shipped one)."""
     config = config or TrainConfig()
     held = cd.heldout_shapes(samples)
     folds = []
@@ -97,7 +122,7 @@ def logo_conv(samples: cd.ConvSamples, config: TrainConfig | None = None,
         if not len(test) or not len(train):
             continue
         model, _ = fit_conv(train, config, lookup)
-        pred, algo = forecast(model, test, lookup)
+        pred, algo = forecast(model, test, lookup, tables(gpu) if tables else None)
         if collect is not None:
             collect(test.latency_ms, pred)
         folds.append(ConvFold(gpu, len(test), log_ratio_error(pred, test.latency_ms),
@@ -124,17 +149,18 @@ def average_folds(runs: Sequence[Sequence[ConvFold]]) -> list[ConvFold]:
 
 
 def train_conv(data_dirs: Sequence[Path | str], config: TrainConfig,
-               lookup: DeviceLookup = default_lookup,
-               progress: Progress | None = None) -> ConvModel | None:
+               lookup: DeviceLookup = default_lookup, progress: Progress | None = None,
+               table: tl.TileTable | None = None) -> ConvModel | None:
     """The shipped conv model: every GPU with conv data, training shapes only (the held-out
-    shapes are its validation). None when the folders hold no conv CSVs."""
+    shapes are its validation, forecast with ``table``: the tile table trained beside it).
+    None when the folders hold no conv CSVs."""
     samples = cd.load_conv(data_dirs)
     if samples is None:
         return None
     held = cd.heldout_shapes(samples)
     train, val = samples.select(~held), samples.select(held)
     model, data = fit_conv(train, config, lookup, val, progress)
-    score = log_ratio_error(forecast(model, val, lookup)[0], val.latency_ms) if len(val) \
+    score = log_ratio_error(forecast(model, val, lookup, table)[0], val.latency_ms) if len(val) \
         else np.nan
     meta = {"conv_training_devices": json.dumps(sorted(set(samples.device.tolist())))}
     info = {"rows": len(data.latency_ms), "validation_mape_pct": float(score),

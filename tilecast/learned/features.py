@@ -420,10 +420,8 @@ def conv_features(cc: cv.ConvColumns, dc: DeviceColumns) -> Features:
     work = cv.algorithm_work(cc, algo, matrix)
     image = cv.algorithm_work(replace(cc, n=np.ones(len(cc))), algo, matrix)
     direct = 2.0 * cc.k * cc.p * cc.q * cc.c * cc.r * cc.s
-    # FLOPs of one padded tile (independent of N); FFT: complex multiply-adds over channels.
     tile_m, tile_n = work.tile_m, work.tile_n
-    per_tile = np.where(algo == "fft", 8.0 * tile_m * tile_n * work.reduction,
-                        work.flops / (work.tiles * np.maximum(work.tile_efficiency, 1e-9)))
+    per_tile = work.tile_flops  # one padded tile's FLOPs (independent of N)
     waves = np.maximum(np.ceil(work.tiles / dc.sm_count), 1.0)
     busy = np.minimum(work.tiles / dc.sm_count, 1.0)
     rate = dc.peak_flops / dc.sm_count * sustained_clock(dc, busy) * conv_lane_share(dc)

@@ -294,8 +294,10 @@ class OnnxPredictor:
         n = len(p.kernel)
         dc = ft.device_columns([device], np.zeros(n, dtype=np.int64), p.dtype, p.unit)
         if isinstance(p, ConvParts):  # one row per candidate algorithm; _fastest keeps one
-            row, algo = cv.candidates(p.columns)
-            cols = replace(cv.take(p.columns, row), algo=algo)
+            picks = cv.winograd_gemm_tiles(p.columns, self.tile_table, device.arch,
+                                           device.sm_count)
+            row, algo, tile = cv.candidates(p.columns, picks)
+            cols = replace(cv.take(p.columns, row), algo=algo, gemm_tile=tile)
             dc = ft.device_columns([device], np.zeros(len(row), dtype=np.int64), p.dtype[row],
                                    p.unit[row])
             return ft.build_features("conv", cols, dc), cv.algorithm_strings(algo), row

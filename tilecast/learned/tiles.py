@@ -235,6 +235,33 @@ class TileTable:
         first = np.sort(np.unique(key, return_index=True)[1])
         return row[first], tiles[tile[first]], split_v[first]
 
+    def growing_picks(self, arch: str, layout: str, b: np.ndarray, m: np.ndarray,
+                      n: np.ndarray, k: np.ndarray, sms: np.ndarray,
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(row, tile) of the tree's picks for each row's shape with its output columns ``n``
+        doubled 0, 1, ... times, until past every threshold the tree learned on ``log2_n``
+        and ``log2_tiles128_per_sm`` (the picks hold from there up); each tile once per row.
+
+        For a product whose ``n`` grows with the batch (the nonfused Winograd's transformed
+        tiles): a doubled batch's picks are among the smaller one's, so the fastest of them
+        never falls when the batch grows, as ``candidates`` keeps it for the batch ladder."""
+        tree = self.tree_for(arch, layout)
+        top = _threshold([tree], ("log2_n", "log2_tiles128_per_sm"), max)
+        rows, picks = [], []
+        open_ = np.ones(len(b), dtype=bool)
+        for j in range(BATCH_LADDER + 1):
+            x = tree_features(b, m, n * 2.0**j, k, sms)
+            idx = np.nonzero(open_)[0]
+            rows.append(idx)
+            picks.append(tree.leaves(x[idx]))
+            open_ &= ~((x[:, TREE_FEATURES.index("log2_n")] > top)
+                       & (x[:, TREE_FEATURES.index("log2_tiles128_per_sm")] > top))
+            if not open_.any():
+                break
+        row, pick = np.concatenate(rows), np.concatenate(picks)
+        first = np.sort(np.unique(row * len(tree.tiles) + pick, return_index=True)[1])
+        return row[first], np.asarray(tree.tiles, dtype=object)[pick[first]]
+
     def to_json(self) -> dict:
         return {"schema": TILE_TABLE_SCHEMA, "regenerate": REGENERATE,
                 "tree_features": list(TREE_FEATURES), "arch_family": ARCH_FAMILY,

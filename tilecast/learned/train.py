@@ -208,7 +208,7 @@ def train_all(data_dirs: Sequence[Path | str], out_dir: Path | str,
         if family == "conv":  # its own samples, GPUs and held-out shapes (conv_train.py)
             from .conv_train import train_conv
 
-            conv = train_conv(data_dirs, config, lookup, progress)
+            conv = train_conv(data_dirs, config, lookup, progress, table)
             if conv is None:  # the artifact then serves convs through the matmul model
                 if progress:
                     progress("conv: no kernels/nvidia/train/conv/*.csv; family skipped")
