@@ -54,8 +54,9 @@ def _cols(n, c, k, hw, r=3, stride=1, dtype="float32"):
 
 # 8x8 outputs (multiples of 4 and 2): direct 2*N*K*P*Q*C*9; F(4x4,3x3) does 36 multiplies
 # per 4x4 tile instead of 144 (4x fewer), F(2x2,3x3) 16 per 2x2 tile instead of 36 (2.25x).
+# The nonfused GEMM runs whole groups of 16 images: a batch of 2 costs 8x, so 4 / 8.
 @pytest.mark.parametrize("algo, ratio", [("implicit_precomp_gemm", 1.0), ("implicit_gemm", 1.0),
-                                         ("winograd_nonfused", 4.0), ("winograd", 2.25)])
+                                         ("winograd_nonfused", 0.5), ("winograd", 2.25)])
 def test_algorithm_flops(algo, ratio):
     cc = _cols(2, 64, 64, 8)
     work = cv.algorithm_work(cc, np.array([algo], dtype=object), np.zeros(1, dtype=bool))

@@ -64,6 +64,11 @@ SMALL_TILE = (32, 32)
 # (``winograd_gemm_tiles``); 64 x 64 where neither is given.
 WINOGRAD_GEMM_TILE = (64.0, 64.0)
 WINOGRAD_POSITIONS = 36.0  # F(4x4, 3x3): (4 + 3 - 1)^2 transformed positions, one GEMM each
+# The nonfused Winograd lays the batch out in groups of 16 images: its SGEMM's rows are
+# ceil(N / 16) * 16 * ceil(P/4) * ceil(Q/4) on every one of the 9,848 recorded nonfused rows
+# of the five GPUs (grid x = ceil(rows / tile side); with N itself: 44-61 % of them). A batch
+# of 1 runs 16 images' GEMM, which is why cuDNN rarely picks it for small batches.
+NONFUSED_BATCH_MULTIPLE = 16.0
 FUSED_CHANNELS = 32  # output channels per fused Winograd block (recorded grids)
 FUSED_TILES = 32  # 2 x 2 output tiles per fused block, whatever their layout
 # tile148: 1 image x 4 x 8 tiles of 2 x 2 outputs (8 x 16 outputs), run by every GPU
@@ -250,7 +255,7 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
                          c * cc.r * cc.s)
 
     sel = algo == "winograd_nonfused"  # F(4x4, 3x3): alpha = 6, 36 batched GEMMs
-    t4 = cc.n * np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
+    t4 = nonfused_rows(cc)
     a2 = WINOGRAD_POSITIONS
     gemm_io = a2 * (t4 * cc.c + cc.c * cc.k + t4 * cc.k)  # transformed operands and result
     wino_extra = cc.itemsize * 2 * gemm_io  # each written by a transform and read back
@@ -291,21 +296,30 @@ def algorithm_work(cc: ConvColumns, algo: np.ndarray, matrix_dtype: np.ndarray) 
                          tile_m.astype(np.float64), tile_n.astype(np.float64))
 
 
+def nonfused_rows(cc: ConvColumns) -> np.ndarray:
+    """Rows T of the nonfused Winograd's SGEMMs: the batch in whole groups of 16 images, 4 x 4
+    output tiles of each (``NONFUSED_BATCH_MULTIPLE``)."""
+    images = np.ceil(cc.n / NONFUSED_BATCH_MULTIPLE) * NONFUSED_BATCH_MULTIPLE
+    return images * np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
+
+
 def winograd_gemm_tiles(cc: ConvColumns, table: tl.TileTable, arch: str,
                         sm_count: float) -> tuple[np.ndarray, np.ndarray]:
     """(row, tile (., 2)) pairs: the tiles the tile table picks for each row's nonfused
     Winograd SGEMMs, the batched product of 36 (K x C) @ (C x T) in tilecast's (b, m, n, k),
     whose output columns (n = T) the tile's first side covers (as a matmul's ``tm`` covers
-    n). The picks are the tree's for T at the largest power-of-two batch not above N and for
-    that T doubled until past the tree's thresholds (``TileTable.growing_picks``): a larger
-    N's picks are among a smaller one's, so the fastest candidate never falls with N.
+    n). The picks are the tree's for T at the largest power-of-two count of 16-image groups
+    not above the batch's (``nonfused_rows``) and for that T doubled until past the tree's
+    thresholds (``TileTable.growing_picks``): a larger N's picks are among a smaller one's, so
+    the fastest candidate never falls with N.
 
     On the shared conv data the table's pick at the row's own T is what ran on 100 % of the
     A100 80GB's nonfused rows (no A100 80GB trained the table), 96 % of the T4's and 70 % of
     the V100's; Pascal's cuDNN runs 32 x 128 and 64 x 64 where its batched matmuls run
     128 x 64 (docs/predictor.md, "The nonfused SGEMM's tile")."""
-    per_image = np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
-    t_ref = per_image * 2.0 ** np.floor(np.log2(np.maximum(cc.n, 1.0)))
+    per_group = NONFUSED_BATCH_MULTIPLE * np.ceil(cc.p / 4) * np.ceil(cc.q / 4)
+    groups = np.ceil(cc.n / NONFUSED_BATCH_MULTIPLE)
+    t_ref = per_group * 2.0 ** np.floor(np.log2(np.maximum(groups, 1.0)))
     b, sms = np.full(len(cc), WINOGRAD_POSITIONS), np.full(len(cc), float(sm_count))
     row, tiles = table.growing_picks(arch, "nn", b, cc.k, t_ref, cc.c, sms)
     return row, np.stack(tl.split_tiles(tiles), axis=1)

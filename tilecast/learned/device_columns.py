@@ -107,8 +107,10 @@ def _base_clock_ratio(d: Device) -> float:
 # busy (``sustained_clock``). Chosen by leave-one-GPU-out on the conv data (fold means over
 # seeds 0, 3 and 6, each fold's tile table without its GPU; stop 55, once a padded tile's
 # FLOPs were counted once): 0.5 13.55 %, 0.6 13.12, 0.65 13.08, 0.7 13.20 (seeds 0 and 3:
-# 0.25 15.55, 0.75 13.50, 1 (the base clock) 17.69). It puts a T4 at 0.94 GHz under load
-# (boost 1.59, base 0.585). Stop 35 had chosen 0.5 the same way (16.2 against 16.3 at 0.6).
+# 0.25 15.55, 0.75 13.50, 1 (the base clock) 17.69); again once the nonfused Winograd ran
+# whole groups of 16 images: 0.5 12.62, 0.6 12.19, 0.65 12.19, 0.7 12.36 (kept). It puts a T4
+# at 0.94 GHz under load (boost 1.59, base 0.585). Stop 35 had chosen 0.5 the same way (16.2
+# against 16.3 at 0.6).
 SUSTAINED_CLOCK_SHARE = 0.65
 
 

@@ -418,8 +418,10 @@ def conv_features(cc: cv.ConvColumns, dc: DeviceColumns) -> Features:
     algo = cc.algo if cc.algo is not None else np.full(len(cc), ALGO_DEFAULT, dtype=object)
     matrix = dc.tensor_core > 0
     work = cv.algorithm_work(cc, algo, matrix)
-    image = cv.algorithm_work(replace(cc, n=np.ones(len(cc))), algo, matrix)
-    direct = 2.0 * cc.k * cc.p * cc.q * cc.c * cc.r * cc.s
+    # per image, over one whole group of the nonfused Winograd's 16-image batch layout
+    group = cv.NONFUSED_BATCH_MULTIPLE
+    image = cv.algorithm_work(replace(cc, n=np.full(len(cc), group)), algo, matrix)
+    direct = group * 2.0 * cc.k * cc.p * cc.q * cc.c * cc.r * cc.s
     tile_m, tile_n = work.tile_m, work.tile_n
     per_tile = work.tile_flops  # one padded tile's FLOPs (independent of N)
     waves = np.maximum(np.ceil(work.tiles / dc.sm_count), 1.0)

@@ -404,16 +404,22 @@ def _take(p: Parts, idx: np.ndarray) -> Parts:
 
 
 def _fastest(feats: dict, outs: dict[str, np.ndarray]) -> tuple[dict, dict[str, np.ndarray]]:
-    """One row per part: of a matmul's candidate configurations or a conv's candidate
-    algorithms, the one with the least GPU time (ties: the first, the trees' own pick or
-    implicit precomp GEMM)."""
+    """One row per part: of a matmul's candidate configurations the one with the least GPU
+    time, of a conv's candidate algorithms and tiles the one with the least latency, as the
+    conv protocol ranks them (``conv_data.fastest``); ties: the first, the trees' own pick or
+    implicit precomp GEMM. Why latency for convs: the ensemble's latency and GPU time are
+    medians taken apart, so at a near-tie under a host floor the least GPU time need not be
+    the least latency, and a batch of 64 1 x 1 convs was forecast 0.15 % under a batch of 8
+    (a hypothesis example): each candidate's latency never falls with N, so their minimum
+    does not either."""
     feats, outs = dict(feats), dict(outs)
     for fam, (f, labels, group) in list(feats.items()):
         if group is None:
             feats[fam] = (f, labels)
             continue
         io = io_names(fam)
-        order = np.lexsort((np.arange(len(group)), outs[io["gpu_ms"]], group))
+        rank = outs[io["latency_ms" if fam == "conv" else "gpu_ms"]]
+        order = np.lexsort((np.arange(len(group)), rank, group))
         pick = order[np.searchsorted(group[order], np.arange(group.max(initial=-1) + 1))]
         feats[fam] = (f.select(pick), labels[pick])
         for key in ("latency_ms", "gpu_ms", "u_compute", "u_memory", "fixed_ms"):
