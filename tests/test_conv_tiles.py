@@ -131,6 +131,8 @@ def test_nonfused_tiles_and_batch_groups_reproduce_the_recorded_grids():
     ceil(N / 16) * 16 images' 4 x 4 tiles, gives its recorded grid exactly (x = ceil(T /
     first side), y = ceil(K / second side), z = 36). With N itself for T, x is right on only
     44-61 % of the rows."""
+    from test_learned_conv import recorded_work
+
     from tilecast.learned import conv_data as cd
 
     checked, plain = 0, 0
@@ -138,16 +140,9 @@ def test_nonfused_tiles_and_batch_groups_reproduce_the_recorded_grids():
         with path.open(newline="") as fh:
             rows = [r for r in csv.DictReader(fh) if "winograd_nonfused" in r["Kernels"]
                     and "sgemm" in r["Kernel Name"]]
-        n, c, k, hw, pad = (np.array([float(r[col]) for r in rows]) for col in
-                            ("B", "Input_Channel", "Output_Channel", "Input_Size", "Padding"))
-        p = hw + 2 * pad - 2
         tile = np.array([cv.gemm_tile(r["Kernels"]) for r in rows])
-        cc = cv.ConvColumns(n, c, k, hw, hw, p, p, *(np.full(len(rows), v) for v in
-                                                     (3.0, 3.0, 1.0, 4.0)),
-                            dtype=np.full(len(rows), "float32", dtype=object),
-                            nhwc=np.zeros(len(rows), dtype=bool), gemm_tile=tile)
-        work = cv.algorithm_work(cc, np.full(len(rows), "winograd_nonfused", dtype=object),
-                                 np.zeros(len(rows), dtype=bool))
+        cc, work = recorded_work(rows, "winograd_nonfused", gemm_tile=tile)
+        n, p = cc.n, cc.p
         x, y, z = (np.array([float(r[f"Grid {a}"]) for r in rows]) for a in "xyz")
         assert (work.tiles == x * y * z).all(), path.name
         assert (x == np.ceil(cv.nonfused_rows(cc) / tile[:, 0])).all(), path.name

@@ -418,15 +418,8 @@ def test_fused_winograd_blocks_reproduce_the_recorded_grids():
     for path in cd.conv_files([DATA]):
         with path.open(newline="") as fh:
             rows = [r for r in csv.DictReader(fh) if "scudnn_winograd" in r["Kernel Name"]]
-        n, c, k, hw = (np.array([float(r[col]) for r in rows]) for col in
-                       ("B", "Input_Channel", "Output_Channel", "Input_Size"))
         block = np.array([cv.fused_block(r["Kernels"]) for r in rows])
-        cc = cv.ConvColumns(n, c, k, hw, hw, hw, hw, *(np.full(len(rows), v) for v in
-                                                       (3.0, 3.0, 1.0, 4.0)),
-                            dtype=np.full(len(rows), "float32", dtype=object),
-                            nhwc=np.zeros(len(rows), dtype=bool), fused=block)
-        work = cv.algorithm_work(cc, np.full(len(rows), "winograd", dtype=object),
-                                 np.zeros(len(rows), dtype=bool))
+        _, work = recorded_work(rows, "winograd", fused=block)
         grid = np.array([float(r["Grid x"]) * float(r["Grid y"]) * float(r["Grid z"])
                          for r in rows])
         assert (work.tiles == grid).all(), path.name
@@ -435,6 +428,20 @@ def test_fused_winograd_blocks_reproduce_the_recorded_grids():
     s = cd.load_conv([DATA])
     assert (s.fused != np.array(cv.FUSED_DEFAULT)).any(axis=1).sum() > 1000  # Pascal, A100
     assert (s.as_served().fused == np.array(cv.FUSED_DEFAULT)).all()
+
+
+def recorded_work(rows: list[dict[str, str]], algo: str, **columns):
+    """(columns, ``algorithm_work``) of recorded conv CSV rows (3x3, stride 1, fp32) run with
+    ``algo``; ``columns``: further ``ConvColumns`` fields (the block or tile that ran)."""
+    n, c, k, hw, pad = (np.array([float(r[col]) for r in rows]) for col in
+                        ("B", "Input_Channel", "Output_Channel", "Input_Size", "Padding"))
+    p = hw + 2 * pad - 2
+    cc = cv.ConvColumns(n, c, k, hw, hw, p, p, *(np.full(len(rows), v) for v in
+                                                 (3.0, 3.0, 1.0, 4.0)),
+                        dtype=np.full(len(rows), "float32", dtype=object),
+                        nhwc=np.zeros(len(rows), dtype=bool), **columns)
+    return cc, cv.algorithm_work(cc, np.full(len(rows), algo, dtype=object),
+                                 np.zeros(len(rows), dtype=bool))
 
 
 @pytest.mark.parametrize("kernel, groups", [(1, 64), (3, 64), (3, 4)])
