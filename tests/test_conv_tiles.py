@@ -4,7 +4,6 @@ in training, from the tile table in a forecast) and the FLOPs one padded tile co
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -105,11 +104,13 @@ def test_a_larger_batchs_tiles_are_among_a_smaller_ones(device, hw, c, k):
 
 
 def test_the_predictor_serves_the_tile_table_pick():
-    """Serving (``OnnxPredictor``) and the protocol (``conv_data.fastest``) cost a nonfused
-    conv on the same tile: a forecast of a 128 x 128-tile GPU differs from 64 x 64."""
+    """Serving (``OnnxPredictor``) costs a nonfused conv on the tiles its tile table picks,
+    as the protocol (``conv_data.fastest``) does: the A100's 128 x 128, and another table's
+    pick changes the nonfused candidate's compute term and nothing else."""
     from tilecast.analyzer.types import ConvDims, Kernel, MatmulDims, OpCost
     from tilecast.device_db.loader import load_device
     from tilecast.learned.predictor import OnnxPredictor
+    from tilecast.learned.routing import route
 
     pred = OnnxPredictor()
     if not pred.conv_model:
@@ -119,10 +120,29 @@ def test_the_predictor_serves_the_tile_table_pick():
         "conv", 2 * 55 * 569 * 25 * 1701 * 9, 4 * 55 * 25 * (1701 + 569), "float32",
         "matrix", matmul=MatmulDims(1, 55 * 25, 569, 1701 * 9),
         conv=ConvDims(55, 1701, 569, 5, 5, 5, 5, 3, 3, pad=1)))
-    cols = replace(_cols(55, 1701, 569, 5), algo=NONFUSED)
-    _, served = cv.winograd_gemm_tiles(cols, pred.tile_table, a100.arch, a100.sm_count)
+    part = route([kernel], conv_model=True).parts["conv"]
+    _, served = cv.winograd_gemm_tiles(part.columns, pred.tile_table, a100.arch, a100.sm_count)
     assert served.tolist() == [[128, 128]]
-    assert pred.predict([kernel], a100)[0].latency_ms > 0
+    shipped, labels, _ = pred._features("conv", part, a100)
+    pred.tile_table = _OneTile("64x64")
+    other, _, _ = pred._features("conv", part, a100)
+    nonfused = labels == "winograd_nonfused"
+    assert nonfused.sum() == 1 and len(labels) == 3
+    # 128 x 128: 36 * 2 * 5 = 360 blocks, 4 waves of 2 * 128^2 * 1701 FLOPs on 108 SMs;
+    # 64 x 64: 36 * 4 * 9 = 1296 blocks, 12 waves of a quarter of that: 0.75x the term
+    ratio = other.compute_ms[nonfused] / shipped.compute_ms[nonfused]
+    assert ratio == pytest.approx(0.75)
+    assert np.array_equal(other.compute_ms[~nonfused], shipped.compute_ms[~nonfused])
+
+
+class _OneTile:
+    """A tile table whose tree picks one tile for every nonfused product."""
+
+    def __init__(self, tile: str) -> None:
+        self.tile = tile
+
+    def growing_picks(self, arch, layout, b, m, n, k, sms):
+        return np.arange(len(b)), np.full(len(b), self.tile, dtype=object)
 
 
 @needs_data
