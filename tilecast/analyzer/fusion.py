@@ -1,14 +1,25 @@
 """Fusion groups: the kernels a fusing compiler (torch.compile / inductor style) would launch.
 
 Rules: cheap memory-bound nodes (elementwise, normalization, softmax, reductions, data movement)
-join their producer's group when the producer's output feeds only them, so the intermediate
-never reaches DRAM. Matmuls, convolutions and attention stay library kernels of their own and
-never fuse into each other; an elementwise group fed only by one matmul is reported as an
-epilogue that could fuse into it. Zero-cost nodes (Reshape, ...) are transparent. A group's
-bytes are its external inputs and outputs only.
+join their producer's group when they read its output, so the kernel that computes a value also
+computes what reads it and the value is not read back from DRAM. Matmuls, convolutions and
+attention stay library kernels of their own and never fuse into each other; an elementwise
+group fed only by one matmul is reported as an epilogue that could fuse into it. Zero-cost
+nodes (Reshape, ...) are transparent. A group's bytes are its external inputs and outputs
+only: a member's output that something outside the group (or the graph's caller) reads is
+still written once.
+
+A value with several readers joins each of them that it can without a cycle: a group may not
+feed a kernel outside it that feeds the group back (inductor's scheduler makes the same check,
+``will_fusion_create_cycle`` in torch/_inductor/scheduler.py, and inlines a pointwise value
+into every reader). So an RMSNorm's ``Cast -> Pow -> ReduceMean -> ... -> Mul(x, r)``, where the
+cast value has two readers, is one kernel that reads its 16-bit input once, as compiled code
+runs it; the residual add before it joins it and still writes its sum for the next residual,
+and a Q head transpose that both halves of a rotary embedding read joins the rotary's kernel.
 
 A runtime that fuses only named patterns (Megatron-LM's fused kernels, for one) keeps some of
-those joins apart: ``FusionRules`` says which.
+those joins apart: ``FusionRules`` says which (``multi_reader=False``: a value joins its reader
+only when that reader is its only one).
 """
 
 from __future__ import annotations
@@ -39,10 +50,13 @@ class FusionRules:
     """Which producer -> consumer joins a runtime makes; the default is a fusing compiler's.
 
     ``softmax_prologue_dtypes``: the dtypes at which a softmax fuses what feeds it (a scale,
-    a mask); ``None`` for every dtype. Elsewhere the compiler's rule applies.
+    a mask); ``None`` for every dtype. ``multi_reader``: whether a value with several readers
+    joins them (a compiler's scheduler) or only a value's single reader does (named patterns).
+    Elsewhere the compiler's rule applies.
     """
 
     softmax_prologue_dtypes: frozenset[str] | None = None
+    multi_reader: bool = True
 
     def joins(self, consumer: NodeResult) -> bool:
         """Whether the consumer's group may take in its producer's."""
@@ -90,16 +104,7 @@ def fusion_groups(graph: Graph, results: tuple[NodeResult, ...],
     cons = _consumers(results)
     producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     outputs = set(graph.outputs)
-    uf = _UnionFind(len(results))
-    for i, r in enumerate(results):
-        if not _fusible(r):
-            continue
-        for t in r.node.outputs:
-            users = cons.get(t.name, [])
-            user = results[users[0]] if len(users) == 1 else None
-            if (user is not None and t.name not in outputs and _fusible(user)
-                    and rules.joins(user)):
-                uf.union(i, users[0])
+    uf = _join_readers(results, cons, outputs, rules)
     members: dict[int, list[int]] = defaultdict(list)
     for i in range(len(results)):
         members[uf.find(i)].append(i)
@@ -108,6 +113,48 @@ def fusion_groups(graph: Graph, results: tuple[NodeResult, ...],
         idx = tuple(members[root])
         groups.append(_make_group(gid, idx, results, cons, producer, outputs))
     return tuple(groups)
+
+
+def _join_readers(results: tuple[NodeResult, ...], cons: dict[str, list[int]],
+                  outputs: set[str], rules: FusionRules) -> _UnionFind:
+    """Union each fusible value's producer with its fusible readers (module doc)."""
+    succ = [sorted({u for t in r.node.outputs for u in cons.get(t.name, [])})
+            for r in results]
+    uf = _UnionFind(len(results))
+    members: dict[int, set[int]] = {i: {i} for i in range(len(results))}  # by root
+    for i, r in enumerate(results):
+        if not _fusible(r):
+            continue
+        for t in r.node.outputs:
+            users = cons.get(t.name, [])
+            if not (rules.multi_reader or (len(users) == 1 and t.name not in outputs)):
+                continue
+            for u in dict.fromkeys(users):
+                if not (_fusible(results[u]) and rules.joins(results[u])):
+                    continue
+                a, b = uf.find(i), uf.find(u)
+                if a == b or _closes_cycle(members[a] | members[b], succ):
+                    continue
+                uf.union(a, b)
+                members[uf.find(a)] = members.pop(a) | members.pop(b)
+    return uf
+
+
+def _closes_cycle(merged: set[int], succ: list[list[int]]) -> bool:
+    """Whether a path leaves ``merged`` and comes back: the group would wait for a kernel that
+    waits for it. Nodes are in topological order, so a path past the group's last node never
+    returns."""
+    last = max(merged)
+    stack = [v for m in merged for v in succ[m] if v not in merged and v < last]
+    seen = set(stack)
+    while stack:
+        for v in succ[stack.pop()]:
+            if v in merged:
+                return True
+            if v not in seen and v < last:
+                seen.add(v)
+                stack.append(v)
+    return False
 
 
 def _make_group(gid: int, idx: tuple[int, ...], results: tuple[NodeResult, ...],

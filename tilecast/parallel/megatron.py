@@ -25,7 +25,7 @@ from ..analyzer.fusion import FusionGroup, FusionRules
 from ..analyzer.types import DTYPE_SIZE, Kernel, OpCost
 
 SIXTEEN_BIT = frozenset({"float16", "bfloat16"})
-MEGATRON_FUSION = FusionRules(softmax_prologue_dtypes=SIXTEEN_BIT)
+MEGATRON_FUSION = FusionRules(softmax_prologue_dtypes=SIXTEEN_BIT, multi_reader=False)
 
 
 class _Reads:
