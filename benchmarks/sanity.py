@@ -1,7 +1,7 @@
 """Sanity of forecasts across the zoo: more batch must never forecast faster (issue 17).
 
     python benchmarks/sanity.py [--models a,b] [--devices l4,t4] [--layers 2] [--quiet]
-                                [--runtime eager|graph|cudagraph]
+                                [--runtime eager|graph|cudagraph] [--fusion]
 
 Exports every zoo model at batch 1, 2, 4, ..., 256 with ``--layers`` layers (default 2, so the
 whole run stays under 10 minutes on 2 cores; exports are cached in ``--cache``), forecasts
@@ -15,7 +15,8 @@ cores), prints the totals per batch and asserts that
 
 ``--runtime`` picks how the host issues the kernels (default eager; ``graph`` also folds BN
 and fuses Conv and GEMM epilogues, docs/math-and-runtimes.md). The envelope holds each
-kernel's GPU time, so it is checked under eager only.
+kernel's GPU time, so it is checked under eager only. ``--fusion`` forecasts a compiler's
+fusion groups (``tilecast analyze --fusion``).
 
 Exit status 1 when an assertion fails; every violation is listed with the kernel whose
 forecast dropped the most between the two batches.
@@ -85,7 +86,8 @@ def export_all(models: list[str], layers: int, cache: Path) -> dict[tuple[str, i
 
 
 def forecast_all(files: dict[tuple[str, int], Path], devices: list[tilecast.Device],
-                 predictor: tilecast.Predictor, tally: Tally, runtime: str = "eager") -> None:
+                 predictor: tilecast.Predictor, tally: Tally, runtime: str = "eager",
+                 fusion: bool = False) -> None:
     import onnx
 
     for (name, batch), path in sorted(files.items()):
@@ -95,7 +97,7 @@ def forecast_all(files: dict[tuple[str, int], Path], devices: list[tilecast.Devi
                 if math == "amp-bf16" and not dev.peak_tflops_bf16_matrix:
                     continue  # autocast refuses bf16 there (see docs/math-and-runtimes.md)
                 f = tilecast.analyze(model, dev, predictor=predictor, math=math,
-                                     runtime=runtime)
+                                     runtime=runtime, fusion=fusion)
                 tally.rows.setdefault((name, dev.name, precision), {})[batch] = f
                 bad = envelope_violations(f)
                 if bad is None:
@@ -159,6 +161,8 @@ def main() -> int:
         "TILECAST_CACHE", Path.home() / ".cache" / "tilecast")) / "sanity")
     parser.add_argument("--quiet", action="store_true", help="print only the violations")
     parser.add_argument("--runtime", default="eager", choices=("eager", "graph", "cudagraph"))
+    parser.add_argument("--fusion", action="store_true",
+                        help="forecast fused execution (a compiler's fusion groups)")
     args = parser.parse_args()
     from tilecast.analyzer.pipeline import resolve_predictor
     from tilecast.exporters import list_zoo
@@ -171,7 +175,8 @@ def main() -> int:
     files = export_all(models, args.layers, args.cache)
     exported = time.perf_counter()
     tally = Tally()
-    forecast_all(files, devices, resolve_predictor(args.predictor), tally, args.runtime)
+    forecast_all(files, devices, resolve_predictor(args.predictor), tally, args.runtime,
+                 args.fusion)
     if not args.quiet:
         print(render(tally, args.runtime))
     mono = monotonicity_violations(tally)
@@ -179,7 +184,7 @@ def main() -> int:
     print(f"{len(files)} exports ({exported - start:.0f} s), {len(tally.rows)} series, "
           f"{sum(len(v) for v in tally.rows.values())} forecasts "
           f"({time.perf_counter() - exported:.0f} s); predictor {args.predictor}, "
-          f"{args.runtime} runtime")
+          f"{args.runtime} runtime{', fused' if args.fusion else ''}")
     print(f"monotonicity: {len(mono)} of {pairs} batch doublings forecast faster")
     for line in mono:
         print(f"  {line}")

@@ -8,7 +8,7 @@ import onnx.parser
 
 from tilecast.analyzer.analysis import cost_graph
 from tilecast.analyzer.fusion import COMPILER, FusionRules, fusion_groups
-from tilecast.analyzer.graph import build_graph
+from tilecast.analyzer.graph import build_graph, load_model
 from tilecast.parallel.megatron import MEGATRON_FUSION
 
 # Llama's RMSNorm as Hugging Face writes it: the fp16 input cast to fp32, read by both the
@@ -88,3 +88,46 @@ def test_a_value_read_outside_its_group_is_still_written_once():
     # a and b in; the sum (read again by the last add) and the ReLU's output (the matmul's) out
     assert groups["Fused[Add+Relu]"].cost.bytes == 4 * T
     assert groups["Fused[Add+Relu]"].members == (0, 1)
+
+
+def _group_dag_is_acyclic(groups, results) -> bool:
+    """Kahn's algorithm over the groups: an edge wherever a member reads another group's
+    member's output."""
+    group_of = {i: g.id for g in groups for i in g.members}
+    producer = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
+    edges = {(group_of[producer[t.name]], group_of[i]) for i, r in enumerate(results)
+             for t in r.node.inputs if t is not None and t.name in producer
+             and group_of[producer[t.name]] != group_of[i]}
+    indegree = {g.id: 0 for g in groups}
+    for _, b in edges:
+        indegree[b] += 1
+    ready, done = [g for g, n in indegree.items() if n == 0], 0
+    while ready:
+        a = ready.pop()
+        done += 1
+        for x, b in edges:
+            if x == a:
+                indegree[b] -= 1
+                if indegree[b] == 0:
+                    ready.append(b)
+    return done == len(groups)
+
+
+def test_real_graphs_fuse_into_an_acyclic_set_of_kernels_with_no_more_bytes(gpt2_path,
+                                                                              cnn_path):
+    for path in (gpt2_path, cnn_path):
+        graph = build_graph(load_model(path))
+        results = cost_graph(graph)
+        groups = fusion_groups(graph, results)
+        assert _group_dag_is_acyclic(groups, results), path
+        single = fusion_groups(graph, results, FusionRules(multi_reader=False))
+        for g in groups:
+            costed = [results[i].cost for i in g.members if results[i].cost is not None]
+            if g.cost is not None:
+                # a group moves no more than its members did apart, and does their FLOPs
+                assert g.cost.bytes <= sum(c.bytes for c in costed)
+                assert g.cost.flops == sum(c.flops for c in costed)
+        # joining more readers only ever merges groups
+        assert len(groups) <= len(single)
+        assert sum(g.cost.bytes for g in groups if g.cost) <= sum(
+            g.cost.bytes for g in single if g.cost)

@@ -28,6 +28,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from .analysis import NodeResult
+from .fold import FOLDED
 from .graph import Graph
 from .types import BroadcastReread, OpCost, RowDims
 
@@ -194,11 +195,27 @@ def _group_reread(costed) -> BroadcastReread | None:
                            sum(r.operand_bytes for r in rr))
 
 
+# Ops that read only their input's shape, never its elements.
+METADATA_READERS = frozenset({"Shape", "Size"})
+
+
+def _data_inputs(r: NodeResult) -> tuple:
+    """The inputs whose elements the group's kernel reads for ``r``: every input of a costed
+    node; of a zero-cost one only the data a view passes through (input 0), not the shapes,
+    axes or ratios beside it (host values), and nothing of a node folded at load or of a
+    shape query."""
+    if r.outcome != "zero":
+        return r.node.inputs
+    if r.reason == FOLDED or r.node.op_type in METADATA_READERS:
+        return ()
+    return r.node.inputs[:1]
+
+
 def _external_tensors(rs, inside, cons, producer, outputs):
     ext_in: dict[str, object] = {}
     ext_out: dict[str, object] = {}
     for r in rs:
-        for t in r.node.inputs:
+        for t in _data_inputs(r):
             if t is not None and producer.get(t.name) not in inside and t.shape is not None:
                 ext_in[t.name] = t
         for t in r.node.outputs:
