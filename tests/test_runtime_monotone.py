@@ -1,21 +1,19 @@
 """More work never takes less time in the pass, under every runtime (hypothesis): the time a
 kernel adds is its GPU time less the fixed part the runtime hides (``runtime._busy_ms``), so
-the fixed part must not grow faster than the GPU time. The kernels are costed by the analyzer
-from ONNX graphs, with the operands the ops really have (a layer norm's scale and shift, a
-batch norm's four statistics), which the synthetic kernels of test_predictor_properties.py
-leave out."""
+the fixed part must not grow faster than the GPU time. The kernels are costed by the
+analyzer's own formulas (``test_costs.cost_of``), with the operands the ops really have (a
+layer norm's scale and shift, a batch norm's four statistics), which the synthetic kernels of
+test_predictor_properties.py leave out."""
 
 from __future__ import annotations
 
-import onnx.parser
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis", reason="property tests need hypothesis")
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from test_costs import cost_of  # noqa: E402
 
-from tilecast.analyzer.analysis import cost_graph  # noqa: E402
-from tilecast.analyzer.graph import build_graph  # noqa: E402
 from tilecast.analyzer.runtime import RUNTIMES, apply_runtime  # noqa: E402
 from tilecast.analyzer.types import Kernel  # noqa: E402
 from tilecast.device_db import list_devices  # noqa: E402
@@ -25,26 +23,18 @@ SETTINGS = settings(max_examples=30, deadline=None, derandomize=True, database=N
 ONNX_TYPES = {"float32": "float", "float16": "float16"}
 
 
-def _kernel(text: str) -> Kernel:
-    (r,) = [r for r in cost_graph(build_graph(onnx.parser.parse_model(text))) if r.cost]
-    return Kernel(r.node.name, (r.node.name,), r.node.op_type, r.cost)
-
-
 def layer_norm(rows: int, cols: int, dtype: str) -> Kernel:
     t = ONNX_TYPES[dtype]
-    return _kernel(f"""<ir_version: 8, opset_import: ["" : 17]>
-g ({t}[{rows}, {cols}] x, {t}[{cols}] s, {t}[{cols}] b) => ({t}[{rows}, {cols}] y) {{
-  y = LayerNormalization <axis = -1> (x, s, b)
-}}""")
+    cost = cost_of(f"{t}[{rows}, {cols}] x, {t}[{cols}] s, {t}[{cols}] b",
+                   "y = LayerNormalization <axis = -1> (x, s, b)", "LayerNormalization")
+    return Kernel("ln", ("ln",), "LayerNormalization", cost)
 
 
 def batch_norm(n: int, c: int, hw: int, dtype: str) -> Kernel:
     t = ONNX_TYPES[dtype]
-    return _kernel(f"""<ir_version: 8, opset_import: ["" : 17]>
-g ({t}[{n}, {c}, {hw}, {hw}] x, {t}[{c}] s, {t}[{c}] b, {t}[{c}] m, {t}[{c}] v)
-    => ({t}[{n}, {c}, {hw}, {hw}] y) {{
-  y = BatchNormalization(x, s, b, m, v)
-}}""")
+    cost = cost_of(f"{t}[{n}, {c}, {hw}, {hw}] x, {t}[{c}] s, {t}[{c}] b, {t}[{c}] m, "
+                   f"{t}[{c}] v", "y = BatchNormalization(x, s, b, m, v)", "BatchNormalization")
+    return Kernel("bn", ("bn",), "BatchNormalization", cost)
 
 
 def _predictor():
