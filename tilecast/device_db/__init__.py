@@ -8,6 +8,7 @@ from .loader import (
     load_device,
     load_device_file,
     lowest_dram_latency_ns,
+    lowest_l2_latency_ns,
     parse_device,
     resolve_name,
 )
@@ -20,6 +21,7 @@ __all__ = [
     "load_device",
     "load_device_file",
     "lowest_dram_latency_ns",
+    "lowest_l2_latency_ns",
     "parse_device",
     "resolve_name",
 ]

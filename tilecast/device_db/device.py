@@ -68,6 +68,9 @@ class Device:
     # for a load that nothing else hides. Bounds kernels that keep one load per thread in
     # flight (learned/latency_walk.py); None where no published measurement covers the chip.
     dram_latency_ns: float | None = None
+    # Unloaded L2 hit latency (the same pointer chase over buffers that fit the L2), ns: a
+    # GEMM tile's k-step waits at least this long for its operands (learned/tensor_core.py).
+    l2_latency_ns: float | None = None
     # DRAM technology from the datasheet (one of MEMORY_TYPES); not a predictor feature yet
     # (docs/devices.md).
     memory_type: str | None = None

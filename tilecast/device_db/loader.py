@@ -363,12 +363,22 @@ def list_devices() -> list[Device]:
     return list(_database().devices)
 
 
+def _lowest_sourced(field_name: str, vendor: str) -> float | None:
+    known = [getattr(d, field_name) for d in _database().devices
+             if d.vendor == vendor and getattr(d, field_name) is not None]
+    return min(known) if known else None
+
+
 def lowest_dram_latency_ns(vendor: str) -> float | None:
     """The shortest sourced DRAM latency among the shipped GPUs of ``vendor`` (None if none
     has one): a lower bound for every GPU of that vendor."""
-    known = [d.dram_latency_ns for d in _database().devices
-             if d.vendor == vendor and d.dram_latency_ns is not None]
-    return min(known) if known else None
+    return _lowest_sourced("dram_latency_ns", vendor)
+
+
+def lowest_l2_latency_ns(vendor: str) -> float | None:
+    """The shortest sourced L2 hit latency among the shipped GPUs of ``vendor`` (None if none
+    has one): a lower bound for a GPU of that vendor with no measurement of its own."""
+    return _lowest_sourced("l2_latency_ns", vendor)
 
 
 def _close_matches(name: str, limit: int = 6) -> list[str]:

@@ -151,10 +151,12 @@ class OnnxPredictor:
                                          "host", "layout")}
         clamped = np.zeros(n, dtype=bool)
         tiles = np.full(n, None, dtype=object)
+        forward = np.array([k.phase == "forward" for k in kernels], dtype=bool)
         for fam, (f, tile) in feats.items():
             p, io = routed.parts[fam], io_names(fam)
             u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
-            terms = self._terms(fam, f, p, outs, device, routed.conv[p.kernel])
+            terms = self._terms(fam, f, p, outs, device, routed.conv[p.kernel],
+                                forward[p.kernel])
             for key, values in terms.items():
                 np.add.at(acc[key], p.kernel, values)
             # Held at the envelope: the utilization of the term that dominates the kernel's
@@ -183,11 +185,12 @@ class OnnxPredictor:
                     low.tolist(), high.tolist(), strict=True)]
 
     def _terms(self, family: str, f: ft.Features, p: Parts | ConvParts,
-               outs: dict[str, np.ndarray], device: Device,
-               conv: np.ndarray) -> dict[str, np.ndarray]:
+               outs: dict[str, np.ndarray], device: Device, conv: np.ndarray,
+               forward: np.ndarray) -> dict[str, np.ndarray]:
         """Per-part latency, GPU, compute, memory, fixed and host ms: the graph's outputs, and
         for matrix-unit rows with no data the sourced sustained rate (``tensor_core.py``).
-        ``conv``: the part is a convolution (its host dispatch is the conv call's)."""
+        ``conv``: the part is a convolution (its host dispatch is the conv call's);
+        ``forward``: the part is a forward kernel (the k-step floor's rows)."""
         io = io_names(family)
         u_c, u_m = outs[io["u_compute"]], outs[io["u_memory"]]
         terms = {"latency": outs[io["latency_ms"]].astype(np.float64),
@@ -202,8 +205,10 @@ class OnnxPredictor:
             stream, transposes = self._stream_and_transposes(f, p, tc, moved, device)
             slow = tensor_core.load_width_slowdown(p, tc, conv[tc])
             padding = tensor_core.group_tile_padding(p, tc, conv[tc])
+            chain = np.where(forward[tc], tensor_core.k_chain_ms(p, tc, device), 0.0)
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
-                                      terms["fixed"], terms["host"], transposes, slow, padding)
+                                      terms["fixed"], terms["host"], transposes, slow, padding,
+                                      chain)
             for key, values in (("latency", s.latency_ms), ("gpu", s.gpu_ms),
                                 ("compute", s.compute_ms), ("memory", s.memory_ms),
                                 ("layout", transposes)):

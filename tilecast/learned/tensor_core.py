@@ -39,6 +39,7 @@ import numpy as np
 from ..analyzer.forecast import ROW_ALIGN_BYTES
 from ..analyzer.runtime import GRAPH_KERNEL_LAUNCH_US, lone_kernel_ms
 from ..device_db.device import Device
+from ..device_db.loader import lowest_l2_latency_ns
 from .features import Features
 from .form import P_BUSY, Q_HOST
 from .routing import Parts
@@ -50,7 +51,7 @@ class Sustained:
 
     gpu_ms: np.ndarray
     latency_ms: np.ndarray
-    compute_ms: np.ndarray  # the compute term: compute_ms / sustained_fraction
+    compute_ms: np.ndarray  # the compute term: compute_ms / sustained_fraction, or the k loop
     memory_ms: np.ndarray  # the memory term: the DRAM bytes' streaming time
 
 
@@ -158,18 +159,60 @@ def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndar
               fixed_ms: np.ndarray, host_ms: np.ndarray,
               transposes_ms: np.ndarray | float = 0.0,
               slowdown: np.ndarray | float = 1.0,
-              group_padding: np.ndarray | float = 0.0) -> Sustained:
+              group_padding: np.ndarray | float = 0.0,
+              chain_ms: np.ndarray | float = 0.0) -> Sustained:
     """Latency of the matrix-unit rows ``mask`` of the matmul family at ``fraction`` of the
     matrix peak, their DRAM bytes at the streaming time ``stream_ms`` (one per masked row),
     with the model's fixed cost and host dispatch; ``transposes_ms``: layout passes that run
     before and after the GEMM (``nchw_transpose_bytes``), added in series; ``slowdown``: the
     compute term's factor for narrower operand loads (``load_width_slowdown``);
     ``group_padding``: where positive, a grouped conv's MMA work over its FLOPs
-    (``group_tile_padding``), which replaces the tile-wave count."""
+    (``group_tile_padding``), which replaces the tile-wave count; ``chain_ms``: the reduction
+    loop's floor on the busy time (``k_chain_ms``), counted as compute: it is the k loop."""
     memory_bound = f.roof_memory_ms[mask] >= f.roof_compute_ms[mask]
     compute = np.where(memory_bound, f.roof_compute_ms[mask], f.compute_ms[mask])
     compute = np.where(group_padding > 0, f.roof_compute_ms[mask] * group_padding, compute)
     compute = compute / fraction
     compute = compute * slowdown
-    gpu = fixed_ms[mask] + smooth_max(compute, stream_ms, P_BUSY) + transposes_ms
+    busy = smooth_max(compute, stream_ms, P_BUSY)
+    compute = np.where(chain_ms > busy, chain_ms, compute)
+    gpu = fixed_ms[mask] + np.maximum(busy, chain_ms) + transposes_ms
     return Sustained(gpu, smooth_max(host_ms[mask], gpu, Q_HOST), compute, stream_ms)
+
+
+# A tensor-core k-step loads a 128-byte slice of each operand row: 64 deep in 16 bits (the
+# `64x3`, `64x4`, `_64x16_` k-tiles of the H100's cuDNN and nvjet kernels), 32 in TF32. The
+# deepest tile in common use, so the fewest steps: the chain below is a lower bound.
+K_TILE_BYTES = 128
+
+
+def l2_latency_ns(device: Device) -> float | None:
+    """The device's sourced L2 hit latency, or the shortest sourced for its vendor (a lower
+    bound) where its own chip is not measured; None where no GPU of the vendor is."""
+    own = device.l2_latency_ns
+    return own if own is not None else lowest_l2_latency_ns(device.vendor)
+
+
+def k_chain_ms(p: Parts, mask: np.ndarray, device: Device) -> np.ndarray:
+    """The shortest time a CTA takes for its reduction loop, per row of ``mask``: one L2
+    round trip per ``K_TILE_BYTES`` k-step, ``ceil(k / depth) x Device.l2_latency_ns``. With
+    a wave or less of tiles nothing hides the loop: ResNet-50's batch-1 GEMMs in our H100's
+    CUDA-graph replay take 11.3-11.5 us at k = 4,608 (72 steps, 157 ns each against the
+    board's 134 ns L2 latency), 7.6-7.8 us at 2,304 and 6.2-6.7 at 1,152, where the streaming
+    and compute terms give 1.2-3 us whatever k (docs/predictor.md, "The reduction loop of a
+    small tensor-core GEMM"). A floor on the busy time, not an addend: a GEMM of many waves
+    is held by its compute or streaming term, which then exceed one CTA's loop. Split-K
+    kernels run shorter slices and can beat it: cuBLAS's `splitK` kernels for reductions of
+    16,384 on few output tiles by 3-8 % (4 of our H100's 1,807 16-bit linears, 4 of the
+    H200's 777), cuDNN's split 7 x 7 convs over 512 channels (k = 25,088) by up to 38 %;
+    every unsplit one takes 2.1x the floor or more.
+    The predictor takes it for forward kernels only: a backward pass's weight gradients
+    reduce over the batch's pixels or tokens (k = 401,408 for a ResNet-50 3 x 3 conv at
+    batch 128), which cuDNN and cuBLAS split across the SMs; unsplit, the floor put our
+    H100's conv weight gradients at 105 % MAPE against 66 %. NVIDIA only: no AMD 16-bit GEMM
+    was measured. Fused attention rows are left out (their loop runs over keys, not ``k``)."""
+    ns = l2_latency_ns(device)
+    if device.vendor != "nvidia" or ns is None:
+        return np.zeros(int(mask.sum()))
+    steps = np.ceil(p.k[mask] / (K_TILE_BYTES / p.itemsize[mask]))
+    return np.where(p.fused[mask], 0.0, steps * ns * 1e-6)
