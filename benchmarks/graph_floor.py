@@ -3,7 +3,7 @@ measured on our own H100 sweep (``datasets/h100-sxm5-80gb/traces/floor-sweep-eag
 
 usage: python benchmarks/graph_floor.py [CSV] [--device "NVIDIA H100 SXM5 80GB"] [--rows]
 
-Each sweep row is one bf16 op (add, softmax, layer norm, sum, linear, Q K^T) from one block to
+Each sweep row is one bf16 op (add, softmax, layer norm, sum, linear, Q K^T, conv) from one block to
 many waves, launched 20-400 times back to back: ``graph_us_per_launch`` from one CUDA graph's
 replay, ``eager_us_per_launch`` queued eagerly without a sync. The row becomes a one-node ONNX
 graph that tilecast forecasts with ``--runtime cudagraph`` and ``eager``; the table is the
@@ -53,6 +53,10 @@ def one_node(family: str, dims: tuple[int, ...]):
         m, k, n = dims
         ins, out = [("x", (m, k)), ("w", (k, n))], ("y", (m, n))
         node = helper.make_node("MatMul", ["x", "w"], ["y"])
+    elif family == "conv":  # N, C, K, H (= W), R (= S): stride 1, "same" padding, NCHW
+        n, c, k, h, rs = dims
+        ins, out = [("x", (n, c, h, h)), ("w", (k, c, rs, rs))], ("y", (n, k, h, h))
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[rs // 2] * 4)
     else:  # bmmt: Q K^T, K already transposed (the sweep's bmm reads it strided)
         bh, s, d = dims
         ins, out = [("q", (bh, s, d)), ("kt", (bh, d, s))], ("y", (bh, s, s))

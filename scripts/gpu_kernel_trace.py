@@ -12,7 +12,8 @@ usage: python scripts/gpu_kernel_trace.py OUT [--device cuda:0] [--only MODELS] 
    graph, with the forward's wall time: the per-node data `tilecast evaluate --by-family` and
    the graph-runtime diagnosis need.
 3. ``--sweep``: ``floor-sweep.csv``, the in-graph time per launch of one op per family (add,
-   softmax, layer norm, sum, linear, batched Q K^T) from one block to many waves, beside the
+   softmax, layer norm, sum, linear, batched Q K^T, and one wave of linears and convs whose
+   reduction grows) from one block to many waves, beside the
    kernel's own GPU time, name and grid from the profiler (one eager call): how a kernel's
    in-graph cost grows from its lone-block latency to its streaming rate.
 """
@@ -106,6 +107,12 @@ def sweep_shapes() -> list[tuple[str, tuple[int, ...]]]:
     out += [("sum", (r, 4096)) for r in (1, 64, 4096)]
     out += [("linear", (m, k, k)) for k in (256, 1024, 4096) for m in (1, 8, 64, 512, 4096)]
     out += [("bmmt", (bh, s, 64)) for bh in (1, 16, 128) for s in (64, 256, 1024)]
+    # The reduction loop (docs/predictor.md, "The reduction loop of a small tensor-core GEMM"):
+    # one wave of tiles whose k grows, as a linear of 16 rows and as ResNet-50's batch-1
+    # 3 x 3 convs on 7 x 7 maps (k = 9 C), so a lent GPU of another architecture tests the
+    # one-L2-round-trip-per-k-step floor.
+    out += [("linear", (16, k, 256)) for k in (64, 256, 1024, 2048, 4096, 8192, 16384)]
+    out += [("conv", (1, c, 256, 7, 3)) for c in (64, 128, 256, 512, 1024)]
     return out
 
 
@@ -130,6 +137,10 @@ def _sweep_fn(family: str, dims: tuple[int, ...], dev):
         m, k, n = dims
         x, w, y = r(m, k), r(n, k), torch.empty(m, n, device=dev, dtype=bf)
         return lambda: torch.matmul(x, w.t(), out=y)
+    if family == "conv":  # N, C, K, H (= W), R (= S), stride 1, "same" padding, NCHW
+        n, c, k, h, rs = dims
+        x, w = r(n, c, h, h), r(k, c, rs, rs)
+        return lambda: F.conv2d(x, w, padding=rs // 2)
     bh, s, d = dims  # bmmt: Q K^T
     q, k, y = r(bh, s, d), r(bh, s, d), torch.empty(bh, s, s, device=dev, dtype=bf)
     return lambda: torch.bmm(q, k.transpose(1, 2), out=y)

@@ -18,7 +18,7 @@ if not SWEEP.is_file():
     pytest.skip("datasets/h100-sxm5-80gb/traces/floor-sweep-eager.csv is not in this checkout",
                 allow_module_level=True)
 
-from graph_floor import groups, score  # noqa: E402
+from graph_floor import groups, one_node, score  # noqa: E402
 
 import tilecast  # noqa: E402
 
@@ -53,3 +53,19 @@ def test_a_lone_block_keeps_at_least_its_in_graph_launch(rows) -> None:
     assert all(r.forecast_graph_us >= 0.5 for r in lone)
     assert all(0.1 < r.forecast_graph_us / r.graph_us < 1.5 for r in lone), [
         (r.family, r.dims, r.forecast_graph_us, r.graph_us) for r in lone]
+
+
+def test_every_shape_the_sweep_script_measures_is_costed() -> None:
+    """scripts/gpu_kernel_trace.py --sweep and this benchmark agree on every family and shape,
+    the reduction-loop rows (a 16-row linear with k up to 16,384, batch-1 3 x 3 convs on 7 x 7
+    maps) included, so the next lent GPU's sweep can be scored as it lands."""
+    pytest.importorskip("torch", reason="the sweep script imports torch")
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_kernel_trace import sweep_shapes
+
+    h100 = tilecast.load_device("NVIDIA H100 SXM5 80GB")
+    shapes = sweep_shapes()
+    assert {"conv", "linear"} <= {family for family, _ in shapes}
+    for family, dims in shapes:
+        f = tilecast.analyze(one_node(family, dims), h100, runtime="cudagraph")
+        assert not f.incomplete and len(f.kernels) == 1, (family, dims)
