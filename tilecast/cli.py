@@ -60,7 +60,7 @@ main.add_command(sweep)
 @parallel_options
 @click.option("--strict", is_flag=True,
               help="Exit 2 when the forecast is incomplete (unsupported or unshaped ops).")
-@output_options(("table", "json", "csv", "markdown"))
+@output_options(("table", "json", "csv", "markdown", "svg"))
 def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
             predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
             strict: bool, fmt: str, output: str | None, **parallel: Any) -> None:
@@ -82,7 +82,11 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze switch.onnx --mode training --parallel dp=8,ep=4 --cluster dgx-h100
       tilecast analyze llama.onnx --mode training --parallel dp=2,tp=2,cp=2 --cluster dgx-h100
       tilecast analyze model.onnx --device h100 --dim batch=1 --dim sequence=128 --strict
+      tilecast analyze model.onnx -d l4 --format svg -o where-the-time-goes.svg
     """
+    if parallel["parallel"] and fmt == "svg":
+        raise click.UsageError("--format svg charts one GPU's forecast; with --parallel "
+                               "choose table, json, csv or markdown.")
     if parallel["parallel"]:
         from .parallel.cli import run_parallel
 

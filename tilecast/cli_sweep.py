@@ -34,7 +34,7 @@ def _devices(values: tuple[str, ...]) -> list[str]:
 @grid_model_options
 @click.option("--optimizer", type=click.Choice(("none", "sgd", "adam")), default="none",
               show_default=True, help="Training mode: add the optimizer step.")
-@output_options(("table", "json", "csv", "markdown"))
+@output_options(("table", "json", "csv", "markdown", "svg"))
 def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]], mode: str,
           fusion: bool, predictor: str, math: tuple[str, ...] | None,
           runtime: tuple[str, ...] | None, optimizer: str, fmt: str, output: str | None) -> None:
@@ -49,6 +49,7 @@ def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]]
       tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math graph,tf32,amp-fp16
       tilecast sweep llama.onnx -d h100,mi300x --runtime eager,cudagraph --format markdown
       tilecast sweep model.onnx -d l4 -d h100 --mode training --optimizer adam --format csv
+      tilecast sweep model.onnx -d t4,l4,h100 --dim batch=1,8,32,128 --format svg -o s.svg
     """
     from .sweep import render_sweep
     from .sweep import sweep as run

@@ -210,6 +210,10 @@ def render_csv(f: Forecast) -> str:
 
 
 def render(f: Forecast, fmt: str, top: int = 10) -> str:
+    if fmt == "svg":
+        from .plots import forecast_svg
+
+        return forecast_svg(f, top)
     if fmt == "json":
         return f.to_json()
     if fmt == "csv":

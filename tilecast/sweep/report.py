@@ -53,6 +53,10 @@ def render_sweep(s: Sweep, fmt: str) -> str:
     forecast at the same dims, and what the time goes to."""
     if fmt == "json":
         return s.to_json()
+    if fmt == "svg":  # a chart: ms against the first dim the sweep varies
+        from ..plots import sweep_svg
+
+        return sweep_svg(s)
     if fmt == "csv":  # raw values, one column per dim
         return _csv(s)
     rows = [_cells(r) for r in s.rows]

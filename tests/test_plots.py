@@ -1,0 +1,125 @@
+"""SVG charts (tilecast/plots): valid SVG whose marks are the numbers they stand for."""
+
+from __future__ import annotations
+
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
+
+import onnx
+import onnx.parser
+import pytest
+from click.testing import CliRunner
+
+import tilecast
+from tilecast.cli import main
+from tilecast.plots import forecast_svg, sweep_svg
+from tilecast.plots.svg import log_ticks, nice_ticks
+from tilecast.sweep import sweep
+
+NS = {"s": "http://www.w3.org/2000/svg"}
+MLP = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[batch, 256] x, float[256, 512] w, float[512, 512] w2) => (float[batch, 512] y) {
+  h = MatMul(x, w)
+  r = Relu(h)
+  y = MatMul(r, w2)
+}"""
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    path = tmp_path / "mlp <&> net.onnx"  # markup in the name must be escaped
+    onnx.save(onnx.parser.parse_model(MLP), path)
+    return path
+
+
+def _svg(text: str) -> ET.Element:
+    root = ET.fromstring(text)
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    assert float(root.get("height")) > 60 and float(root.get("width")) > 0
+    return root
+
+
+def _bar_widths(root: ET.Element) -> dict[str, float]:
+    """Bar rects by their tooltip's label (the part before ': ')."""
+    return {r.find("s:title", NS).text.split(": ")[0]: float(r.get("width"))
+            for r in root.iterfind(".//s:rect", NS) if r.find("s:title", NS) is not None}
+
+
+def test_family_bars_are_proportional_to_their_time(gpt2_path: Path) -> None:
+    f = tilecast.analyze(gpt2_path, "l4", predictor="roofline")
+    root = _svg(forecast_svg(f, top=5))
+    widths = _bar_widths(root)
+    fams = f.by_family
+    top = max(fams, key=fams.get)
+    for fam, ms in fams.items():
+        assert widths[fam] == pytest.approx(widths[top] * ms / fams[top], abs=0.02)
+    texts = " ".join(t.text or "" for t in root.iterfind(".//s:text", NS))
+    assert f"{f.total_ms:.3f} ms" in texts and "Slowest 5 kernels" in texts
+
+
+def test_a_sweep_draws_one_line_per_gpu_with_its_points_in_order(mlp: Path) -> None:
+    s = sweep(mlp, ["t4", "h100"], {"batch": [1, 8, 64, 512]}, predictor="roofline")
+    root = _svg(sweep_svg(s))
+    lines = root.findall(".//s:polyline", NS)
+    assert [ln.find("s:title", NS).text for ln in lines] == ["Tesla T4, graph, eager",
+                                                            "NVIDIA H100 SXM5 80GB, graph, eager"]
+    for ln, gpu in zip(lines, ("Tesla T4", "NVIDIA H100 SXM5 80GB"), strict=True):
+        pts = [tuple(map(float, p.split(","))) for p in ln.get("points").split()]
+        ms = [r.total_ms for r in s.rows if r.device == gpu]
+        assert [x for x, _ in pts] == sorted(x for x, _ in pts)  # batch grows to the right
+        # SVG y grows downwards: more time, higher on the page, in the same order
+        assert sorted(range(4), key=lambda i: -pts[i][1]) == sorted(range(4), key=ms.__getitem__)
+    assert "mlp &lt;&amp;&gt; net" in sweep_svg(s)
+
+
+def test_a_sweep_without_a_varied_dim_is_bars_and_lists_its_skips(mlp: Path) -> None:
+    s = sweep(mlp, ["t4", "a100-sxm4-40gb"], {"batch": [8]}, math="tf32", predictor="roofline")
+    text = sweep_svg(s)
+    root = _svg(text)
+    assert not root.findall(".//s:polyline", NS)
+    assert "NVIDIA A100 SXM4 40GB, tf32, eager" in _bar_widths(root)
+    assert re.search(r"skipped Tesla T4 tf32 eager: .*no TF32", text)
+
+
+def test_every_row_skipped_is_still_a_chart(mlp: Path) -> None:
+    # sweep() refuses such a sweep; a Sweep built another way (from its JSON) can hold one
+    s = sweep(mlp, ["t4", "a100-sxm4-40gb"], {"batch": [1, 8]}, math="tf32",
+              predictor="roofline")
+    only_skips = replace(s, rows=tuple(r for r in s.rows if r.total_ms is None))
+    assert "every row was skipped" in sweep_svg(only_skips)
+    _svg(sweep_svg(only_skips))
+
+
+# nice_ticks: steps of 1, 2 or 5 x 10^k covering the range; log_ticks: 1-2-5 per decade.
+@pytest.mark.parametrize(("lo", "hi", "ticks"), [
+    (0, 10, [0, 2, 4, 6, 8, 10]),        # raw step 2 -> 2
+    (0, 0.7, [0, 0.2, 0.4, 0.6, 0.8]),   # raw 0.14 -> 0.2, the last tick past 0.7
+    (0, 0, [0, 0.2, 0.4, 0.6, 0.8, 1.0]),  # an empty range widens to [0, 1]
+])
+def test_nice_ticks(lo: float, hi: float, ticks: list[float]) -> None:
+    assert nice_ticks(lo, hi) == pytest.approx(ticks)
+
+
+def test_log_ticks_cover_the_range() -> None:
+    assert log_ticks(3, 40) == pytest.approx([2, 5, 10, 20, 50])
+    assert log_ticks(0.01, 1e5) == pytest.approx([10.0 ** e for e in range(-2, 6)])
+
+
+def test_cli_writes_svg_and_refuses_it_with_parallel(gpt2_path: Path, mlp: Path,
+                                                     tmp_path: Path) -> None:
+    out = tmp_path / "f.svg"
+    res = CliRunner().invoke(main, ["analyze", str(gpt2_path), "-d", "l4", "--predictor",
+                                    "roofline", "--format", "svg", "-o", str(out)])
+    assert res.exit_code == 0, res.output
+    _svg(out.read_text())
+    res = CliRunner().invoke(main, ["sweep", str(mlp), "-d", "t4,l4", "--dim", "batch=1,16",
+                                    "--predictor", "roofline", "--format", "svg"])
+    assert res.exit_code == 0 and len(_svg(res.output).findall(".//s:polyline", NS)) == 2
+    res = CliRunner().invoke(main, ["analyze", str(gpt2_path), "--mode", "training",
+                                    "--parallel", "dp=2", "--cluster", "dgx-a100",
+                                    "--format", "svg"])
+    assert res.exit_code != 0 and "Error:" in res.output and "--format svg" in res.output
+    assert "Traceback" not in res.output

@@ -1,0 +1,8 @@
+"""SVG charts of forecasts and sweeps, drawn without a plotting library."""
+
+from __future__ import annotations
+
+from .breakdown import forecast_svg
+from .scaling import sweep_svg
+
+__all__ = ["forecast_svg", "sweep_svg"]
