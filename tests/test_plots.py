@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import tilecast
 from tilecast.cli import main
-from tilecast.plots import forecast_svg, sweep_svg
+from tilecast.plots import forecast_svg, serving_svg, sweep_svg
 from tilecast.plots.svg import log_ticks, nice_ticks
 from tilecast.sweep import sweep
 
@@ -123,3 +123,49 @@ def test_cli_writes_svg_and_refuses_it_with_parallel(gpt2_path: Path, mlp: Path,
                                     "--format", "svg"])
     assert res.exit_code != 0 and "Error:" in res.output and "--format svg" in res.output
     assert "Traceback" not in res.output
+
+
+GPT = dict(layers=2, hidden=64, heads=4, seq=32, batch=2, vocab=1000)
+
+
+def _serve(batch: int | None = None):
+    from tilecast.analyzer.synthetic import gpt2_like
+    from tilecast.serving import analyze_serving
+
+    return analyze_serving(gpt2_like(**GPT), "l4", generate=9, batch=batch,
+                           predictor="roofline")
+
+
+def test_one_request_is_its_phases_whose_bars_add_up() -> None:
+    f = _serve()
+    widths = list(_bar_widths(_svg(serving_svg([f]))).values())
+    ttft, decode, total = widths  # prefill + 8 decode steps = the request
+    assert ttft + decode == pytest.approx(total, abs=0.02)
+    assert total == max(widths) and f.total_ms == pytest.approx(f.ttft_ms + 8 * f.tpot_ms)
+
+
+def test_batch_sizes_are_a_latency_throughput_curve_greying_what_does_not_fit() -> None:
+    runs = [_serve(b) for b in (1, 4, 16)]
+    # the largest batch made too big for the L4's memory: its KV cache alone
+    runs[-1] = replace(runs[-1], kv_bytes_per_token=runs[-1].capacity_bytes)
+    text = serving_svg(runs)
+    root = _svg(text)
+    dots = root.findall(".//s:circle", NS)
+    assert [d.find("s:title", NS).text.split(":")[0] for d in dots] == [
+        "batch 1", "batch 4", "batch 16"]
+    xs = [float(d.get("cx")) for d in dots]
+    assert xs == sorted(xs)  # more batch, more tokens per second, further right
+    assert [d.get("fill") for d in dots][-1] != dots[0].get("fill")
+    assert "grey: batch 16 does not fit" in text
+
+
+def test_cli_serve_writes_a_chart(tmp_path: Path) -> None:
+    from tilecast.analyzer.synthetic import gpt2_like
+
+    path = tmp_path / "gpt.onnx"
+    onnx.save(gpt2_like(**GPT), path)
+    res = CliRunner().invoke(main, ["serve", str(path), "-d", "l4", "--generate", "9",
+                                    "--batch", "1,8", "--predictor", "roofline",
+                                    "--format", "svg"])
+    assert res.exit_code == 0, res.output
+    assert len(_svg(res.output).findall(".//s:circle", NS)) == 2

@@ -134,7 +134,7 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
               "with the device).")
 @click.option("--layers", type=click.IntRange(min=1), help="Forecast this many transformer "
               "layers from a graph exported with fewer identical ones (export --layers 2).")
-@output_options(("table", "json", "markdown"))
+@output_options(("table", "json", "markdown", "svg"))
 def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: bool,
           predictor: str, runtime: str, batches: str | None, tp: int, cluster: str | None,
           layers: int | None, fmt: str, output: str | None) -> None:
@@ -150,6 +150,7 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
       tilecast export llama-3-8b --batch 8 --seq 1024 --dtype bfloat16 --layers 2 -o l2.onnx
       tilecast serve l2.onnx -d h100 --generate 256 --layers 32
       tilecast serve examples/gpt2-small.onnx -d l4 --generate 64 --format json
+      tilecast serve llama.onnx -d h100 --generate 256 --batch 1,8,32,128 --format svg -o c.svg
     """
     from .serving import analyze_serving, parse_batches
     from .serving.report import render_serving, render_sweep

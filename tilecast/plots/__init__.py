@@ -4,5 +4,6 @@ from __future__ import annotations
 
 from .breakdown import forecast_svg
 from .scaling import sweep_svg
+from .serving import serving_svg
 
-__all__ = ["forecast_svg", "sweep_svg"]
+__all__ = ["forecast_svg", "serving_svg", "sweep_svg"]

@@ -3,30 +3,14 @@ runtime (bars where the sweep binds no size)."""
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .layout import WIDTH, Bar, bars, header, legend
-from .svg import PALETTE, Canvas, fmt_value, log_ticks, nice_ticks
+from .layout import PLOT, WIDTH, Bar, axes, bars, header, legend
+from .svg import PALETTE, Canvas
 
 if TYPE_CHECKING:
     from ..sweep.api import Sweep, SweepRow
-
-PLOT = (90.0, 80.0, WIDTH - 40.0, 430.0)  # x0, y0 (top), x1, y1 (bottom) of the plot area
-
-
-def _axis(lo: float, hi: float, a: float, b: float, log: bool,
-          ) -> tuple[Callable[[float], float], list[float]]:
-    """A map from [lo, hi] onto [a, b] and its ticks, on a log scale where ``log``."""
-    if log:
-        ticks = log_ticks(lo, hi)
-        t0, t1 = math.log(ticks[0]), math.log(ticks[-1])
-        return (lambda v: a + (b - a) * (math.log(v) - t0) / (t1 - t0 or 1.0)), ticks
-    ticks = nice_ticks(min(lo, 0.0), hi)
-    t0, t1 = ticks[0], ticks[-1]
-    return (lambda v: a + (b - a) * (v - t0) / (t1 - t0 or 1.0)), ticks
-
 
 def _x_dim(rows: Sequence[SweepRow]) -> str | None:
     """The first bound dim that takes two values or more: the chart's x axis."""
@@ -78,19 +62,7 @@ def _lines(c: Canvas, series: dict[str, list[SweepRow]], x: str) -> None:
     xs = [dict(r.dims)[x] for r in rows]
     ys = [r.total_ms for r in rows] + [r.band_low_ms for r in rows if r.band_low_ms] + [
         r.band_high_ms for r in rows if r.band_high_ms]
-    x0, y0, x1, y1 = PLOT
-    fx, xt = _axis(min(xs), max(xs), x0, x1, min(xs) > 0 and max(xs) >= 4 * min(xs))
-    fy, yt = _axis(min(ys), max(ys), y1, y0, min(ys) > 0 and max(ys) >= 20 * min(ys))
-    for t in yt:
-        c.line(x0, fy(t), x1, fy(t), stroke="#e3e3e3")
-        c.text(x0 - 6, fy(t) + 4, fmt_value(t), size=10, anchor="end")
-    for t in sorted(set(xs)) if len(set(xs)) <= 12 else xt:
-        c.line(fx(t), y1, fx(t), y1 + 4)
-        c.text(fx(t), y1 + 17, fmt_value(t), size=10, anchor="middle")
-    c.line(x0, y1, x1, y1, stroke="#333")
-    c.line(x0, y0, x0, y1, stroke="#333")
-    c.text((x0 + x1) / 2, y1 + 34, x, size=12, anchor="middle")
-    c.text(20, y0 - 10, "ms", size=12)
+    fx, fy = axes(c, PLOT, xs, ys, x, "ms", x_marks=sorted(set(xs)))
     for i, (key, rs) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
         pts = [(fx(dict(r.dims)[x]), fy(r.total_ms)) for r in rs]

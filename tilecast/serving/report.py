@@ -50,6 +50,10 @@ def _floor_note(f: ServingForecast) -> str:
 def render_serving(f: ServingForecast, fmt: str) -> str:
     if fmt == "json":
         return f.to_json()
+    if fmt == "svg":
+        from ..plots import serving_svg
+
+        return serving_svg([f])
     prefix = "- " if fmt == "markdown" else ""
     return "".join(f"{prefix}{k:<10} {v}\n" for k, v in _lines(f))
 
@@ -67,6 +71,10 @@ def _sweep_row(f: ServingForecast) -> list[str]:
 
 def render_sweep(runs: list[ServingForecast], fmt: str) -> str:
     """One row per batch size: the latency / throughput trade-off and where memory ends."""
+    if fmt == "svg":
+        from ..plots import serving_svg
+
+        return serving_svg(runs)
     if fmt == "json":
         import json
 
