@@ -3,7 +3,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import onnx
+import onnx.parser
 import pytest
+from graph_texts import BATCH_MLP
 
 from tilecast.analyzer.synthetic import gpt2_like, small_cnn
 
@@ -40,3 +42,13 @@ def cnn_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("models") / "cnn.onnx"
     onnx.save(small_cnn(), path)
     return path
+
+
+@pytest.fixture
+def batch_mlp(tmp_path: Path):
+    """Save BATCH_MLP under ``name`` in a fresh folder; returns its path."""
+    def save(name: str = "mlp.onnx") -> Path:
+        path = tmp_path / name
+        onnx.save(onnx.parser.parse_model(BATCH_MLP), path)
+        return path
+    return save

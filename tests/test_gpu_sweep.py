@@ -12,6 +12,7 @@ import onnx
 import onnx.parser
 import pytest
 from click.testing import CliRunner
+from graph_texts import BATCH_MLP
 
 import tilecast
 import tilecast.device_db
@@ -19,21 +20,10 @@ from tilecast.cli import main
 from tilecast.errors import TilecastError
 from tilecast.sweep import render_sweep, sweep
 
-# A two-layer MLP whose batch is symbolic: every row binds it.
-MLP = """
-<ir_version: 8, opset_import: ["" : 17]>
-g (float[batch, 256] x, float[256, 512] w, float[512, 512] w2) => (float[batch, 512] y) {
-  h = MatMul(x, w)
-  r = Relu(h)
-  y = MatMul(r, w2)
-}"""
-
 
 @pytest.fixture
-def mlp(tmp_path):
-    path = tmp_path / "mlp.onnx"
-    onnx.save(onnx.parser.parse_model(MLP), path)
-    return path
+def mlp(batch_mlp):
+    return batch_mlp()
 
 
 def test_rows_are_the_forecasts_of_each_gpu_and_batch(mlp):
@@ -82,7 +72,7 @@ def test_math_modes_and_runtimes_are_rows_of_their_own(mlp):
 
 
 def test_dims_grid_takes_every_combination_last_dim_fastest(tmp_path):
-    text = MLP.replace("float[batch, 256] x", "float[batch_size, seq, 256] x").replace(
+    text = BATCH_MLP.replace("float[batch, 256] x", "float[batch_size, seq, 256] x").replace(
         "float[batch, 512] y", "float[batch_size, seq, 512] y")
     onnx.save(onnx.parser.parse_model(text), tmp_path / "m.onnx")
     s = sweep(tmp_path / "m.onnx", ["l4"], {"seq": [4, 8], "batch_size": [1, 2]},

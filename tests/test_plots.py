@@ -19,20 +19,11 @@ from tilecast.plots.svg import log_ticks, nice_ticks
 from tilecast.sweep import sweep
 
 NS = {"s": "http://www.w3.org/2000/svg"}
-MLP = """
-<ir_version: 8, opset_import: ["" : 17]>
-g (float[batch, 256] x, float[256, 512] w, float[512, 512] w2) => (float[batch, 512] y) {
-  h = MatMul(x, w)
-  r = Relu(h)
-  y = MatMul(r, w2)
-}"""
 
 
 @pytest.fixture
-def mlp(tmp_path: Path) -> Path:
-    path = tmp_path / "mlp <&> net.onnx"  # markup in the name must be escaped
-    onnx.save(onnx.parser.parse_model(MLP), path)
-    return path
+def mlp(batch_mlp) -> Path:
+    return batch_mlp("mlp <&> net.onnx")  # markup in the name must be escaped
 
 
 def _svg(text: str) -> ET.Element:
