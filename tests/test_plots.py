@@ -14,7 +14,7 @@ from click.testing import CliRunner
 
 import tilecast
 from tilecast.cli import main
-from tilecast.plots import forecast_svg, serving_svg, sweep_svg
+from tilecast.plots import evaluation_svg, forecast_svg, serving_svg, sweep_svg
 from tilecast.plots.svg import log_ticks, nice_ticks
 from tilecast.sweep import sweep
 
@@ -160,3 +160,36 @@ def test_cli_serve_writes_a_chart(tmp_path: Path) -> None:
                                     "--format", "svg"])
     assert res.exit_code == 0, res.output
     assert len(_svg(res.output).findall(".//s:circle", NS)) == 2
+
+
+def _run(gpu: str, measured: float, predicted: float):
+    from tilecast.evaluation.runner import Run
+
+    return Run(gpu, "bert", "inference", 8, 128, "plain", measured, predicted,
+               abs(predicted - measured) / measured * 100, None)
+
+
+def test_forecast_against_measured_puts_an_exact_run_on_the_diagonal() -> None:
+    from tilecast.evaluation.runner import EvalResult
+
+    runs = (_run("A", 10.0, 10.0), _run("A", 100.0, 125.0), _run("B", 3.0, 2.4))
+    text = evaluation_svg(EvalResult(runs, (), (), "roofline"))
+    root = _svg(text)
+    dots = [(float(d.get("cx")), float(d.get("cy"))) for d in root.iterfind(".//s:circle", NS)]
+    assert len(dots) == 3
+    diagonal = next(ln for ln in root.iterfind(".//s:line", NS) if ln.get("stroke") == "#555")
+    (x1, y1), (x2, y2) = ((float(diagonal.get(f"x{i}")), float(diagonal.get(f"y{i}")))
+                          for i in (1, 2))
+    (px, py) = dots[0]  # measured = forecast: on the diagonal (collinear with its ends)
+    assert (x2 - x1) * (py - y1) - (y2 - y1) * (px - x1) == pytest.approx(0, abs=1e-3)
+    qx, qy = dots[1]  # forecast 25 % over: above the diagonal (smaller y on the page)
+    assert qy < y1 + (y2 - y1) * (qx - x1) / (x2 - x1)
+    # MAPE over all runs (0 + 25 + 20) / 3 = 15.0; per GPU A (0 + 25) / 2, B 20
+    assert "MAPE 15.0 %" in text and "A (n 2, MAPE 12.5 %)" in text
+    assert "B (n 1, MAPE 20.0 %)" in text
+
+
+def test_evaluate_refuses_svg_by_family(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["evaluate", str(tmp_path), "--by-family", "--format",
+                                    "svg"])
+    assert res.exit_code != 0 and "--format svg" in res.output and "Traceback" not in res.output

@@ -176,7 +176,7 @@ def serve(model: str, device: str, generate: int, dims: dict[str, int], fusion: 
               help="Export cache (default: $TILECAST_CACHE or ~/.cache/tilecast).")
 @click.option("--by-family", is_flag=True, help="Measured (per-node CSVs) vs forecast ms "
               "per kernel family and phase, per run.")
-@output_options(("table", "json", "markdown"))
+@output_options(("table", "json", "markdown", "svg"))
 def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | None,
              gpus: tuple[str, ...], predictor: str, cache_dir: Path | None, by_family: bool,
              fmt: str, output: str | None) -> None:
@@ -191,6 +191,7 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
       tilecast evaluate ../shared/datasets/neusight-asplos25/labels \\
           --published ../shared/datasets/neusight-asplos25/published --gpu NVIDIA_L4
       tilecast evaluate ../shared/datasets/neusight-asplos25/labels --by-family --gpu l4
+      tilecast evaluate datasets/h100-sxm5-80gb/labels-bfloat16-eager --format svg -o p.svg
     """
     from .evaluation import evaluate as run_eval
     from .evaluation import evaluate_by_family
@@ -198,6 +199,9 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
     from .evaluation.report import render_table
 
     progress = lambda msg: click.echo(msg, err=True)  # noqa: E731
+    if by_family and fmt == "svg":
+        raise click.UsageError("--format svg draws forecast against measured per run; with "
+                               "--by-family choose table, json or markdown.")
     if by_family:
         res = evaluate_by_family(labels_dir, models_dir=models_dir, gpus=gpus,
                                  predictor=predictor, cache_dir=cache_dir, progress=progress)
@@ -207,7 +211,12 @@ def evaluate(labels_dir: Path, models_dir: Path | None, published_dir: Path | No
     result = run_eval(labels_dir, models_dir=models_dir, published_dir=published_dir,
                       gpus=gpus, predictor=predictor, cache_dir=cache_dir,
                       progress=lambda msg: click.echo(msg, err=True))
-    text = result.to_json() if fmt == "json" else render_table(result, fmt == "markdown")
+    if fmt == "svg":
+        from .plots import evaluation_svg
+
+        text = evaluation_svg(result)
+    else:
+        text = result.to_json() if fmt == "json" else render_table(result, fmt == "markdown")
     write_output(text, output)
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from .breakdown import forecast_svg
+from .parity import evaluation_svg
 from .scaling import sweep_svg
 from .serving import serving_svg
 
-__all__ = ["forecast_svg", "serving_svg", "sweep_svg"]
+__all__ = ["evaluation_svg", "forecast_svg", "serving_svg", "sweep_svg"]

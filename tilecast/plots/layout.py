@@ -86,14 +86,17 @@ def axis(lo: float, hi: float, a: float, b: float, log: bool,
 
 def axes(c: Canvas, plot: tuple[float, float, float, float], xs: Sequence[float],
          ys: Sequence[float], xlabel: str, ylabel: str,
-         x_marks: Sequence[float] | None = None,
+         x_marks: Sequence[float] | None = None, log: bool | None = None,
          ) -> tuple[Callable[[float], float], Callable[[float], float]]:
     """Grid, ticks and labels of an x-y plot over the values ``xs`` and ``ys``: each axis
-    logarithmic where its values are positive and span 4x (x) or 20x (y) or more. ``x_marks``:
-    tick at these values instead (a sweep's few sizes). Returns the two maps onto the page."""
+    logarithmic where its values are positive and span 4x (x) or 20x (y) or more, or both as
+    ``log`` says. ``x_marks``: tick at these values instead (a sweep's few sizes). Returns the
+    two maps onto the page."""
     x0, y0, x1, y1 = plot
-    fx, xt = axis(min(xs), max(xs), x0, x1, min(xs) > 0 and max(xs) >= 4 * min(xs))
-    fy, yt = axis(min(ys), max(ys), y1, y0, min(ys) > 0 and max(ys) >= 20 * min(ys))
+    log_x = min(xs) > 0 and (max(xs) >= 4 * min(xs) if log is None else log)
+    log_y = min(ys) > 0 and (max(ys) >= 20 * min(ys) if log is None else log)
+    fx, xt = axis(min(xs), max(xs), x0, x1, log_x)
+    fy, yt = axis(min(ys), max(ys), y1, y0, log_y)
     for t in yt:
         c.line(x0, fy(t), x1, fy(t), stroke="#e3e3e3")
         c.text(x0 - 6, fy(t) + 4, fmt_value(t), size=10, anchor="end")

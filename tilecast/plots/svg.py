@@ -35,9 +35,10 @@ class Canvas:
                           f"fill-opacity='{_n(opacity)}'>{tip}</rect>")
 
     def line(self, x1: float, y1: float, x2: float, y2: float, stroke: str = "#999",
-             width: float = 1.0) -> None:
+             width: float = 1.0, dash: str = "") -> None:
+        dashes = f" stroke-dasharray='{dash}'" if dash else ""
         self.parts.append(f"<line x1='{_n(x1)}' y1='{_n(y1)}' x2='{_n(x2)}' y2='{_n(y2)}' "
-                          f"stroke='{stroke}' stroke-width='{_n(width)}'/>")
+                          f"stroke='{stroke}' stroke-width='{_n(width)}'{dashes}/>")
 
     def polyline(self, points: Sequence[tuple[float, float]], stroke: str,
                  title: str = "") -> None:
@@ -87,9 +88,9 @@ def log_ticks(lo: float, hi: float) -> list[float]:
     a, b = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
     mults = (1,) if b - a > 4 else (1, 2, 5)
     ticks = [m * 10.0 ** e for e in range(a, b + 1) for m in mults]
-    inside = [t for t in ticks if lo <= t <= hi]
-    below = [t for t in ticks if t < lo]
-    above = [t for t in ticks if t > hi]
+    inside = [t for t in ticks if lo * (1 - 1e-9) <= t <= hi * (1 + 1e-9)]
+    below = [t for t in ticks if t < lo] if not inside or inside[0] > lo * (1 + 1e-9) else []
+    above = [t for t in ticks if t > hi] if not inside or inside[-1] < hi * (1 - 1e-9) else []
     return ([below[-1]] if below else []) + inside + ([above[0]] if above else [])
 
 
