@@ -133,6 +133,8 @@ def test_autocast_runs_the_fp32_model_in_half(math_mode, out_dtype):
         assert step is None and str(forward().dtype) == f"torch.{out_dtype}"
     with tf32_setting("tf32"):
         assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+    with tf32_setting("tf32-conv"):  # PyTorch 1.12+'s default: cuDNN in TF32, cuBLAS in fp32
+        assert torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
 
 
 @pytest.mark.parametrize("args, message", [

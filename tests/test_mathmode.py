@@ -73,7 +73,7 @@ def _kernels(f):
 
 
 def test_cli_and_library_agree_on_the_modes():
-    assert MATH_MODES == ("graph", "tf32", "amp-fp16", "amp-bf16")
+    assert MATH_MODES == ("graph", "tf32", "tf32-conv", "amp-fp16", "amp-bf16")
 
 
 def test_tf32_runs_fp32_matmuls_on_tf32_and_keeps_their_bytes():
@@ -100,7 +100,7 @@ def test_tf32_matmul_uses_the_tf32_peak():
 
 @pytest.mark.parametrize("device,math", [
     ("t4", "tf32"), ("v100-sxm2-32gb", "tf32"), ("p100", "tf32"), ("mi250x", "tf32"),
-    ("t4", "amp-bf16"), ("v100-sxm2-32gb", "amp-bf16"),
+    ("t4", "tf32-conv"), ("t4", "amp-bf16"), ("v100-sxm2-32gb", "amp-bf16"),
 ])
 def test_math_mode_the_gpu_lacks_is_one_error_line(tmp_path, device, math):
     path = tmp_path / "mlp.onnx"
@@ -109,6 +109,42 @@ def test_math_mode_the_gpu_lacks_is_one_error_line(tmp_path, device, math):
     assert res.exit_code == 2
     assert res.output.count("Error:") == 1 and math in res.output
     assert "Traceback" not in res.output
+
+
+# A conv feeding a Linear: PyTorch 1.12+ runs the first in TF32 (cudnn.allow_tf32) and the
+# second in fp32 (matmul.allow_tf32 is False).
+CONV_HEAD = """
+<ir_version: 8, opset_import: ["" : 17]>
+net ({T}[8, 64, 14, 14] x) => ({T}[8, 1000] y) <{T}[256, 64, 3, 3] w = {{0.0}},
+    {T}[256, 1000] fc = {{0.0}}> {{
+  c = Conv <pads = [1, 1, 1, 1]> (x, w)
+  p = GlobalAveragePool(c)
+  f = Flatten(p)
+  y = MatMul(f, fc)
+}}"""
+
+
+def test_tf32_conv_runs_the_convs_on_tf32_and_the_matmuls_in_fp32():
+    model = _model(CONV_HEAD, "float")
+    # the graph runtime: each kernel's time is its own (no host queue in between)
+    runs = {m: tilecast.analyze(model, "a100-sxm4-40gb", math=m, runtime="graph")
+            for m in ("graph", "tf32", "tf32-conv")}
+    dtypes = {m: {k.kernel.op_type: k.kernel.dtype for k in f.kernels} for m, f in runs.items()}
+    assert dtypes["tf32-conv"]["Conv"] == "tf32" and dtypes["tf32-conv"]["MatMul"] == "float32"
+    assert dtypes["tf32"]["MatMul"] == "tf32" and dtypes["graph"]["Conv"] == "float32"
+    ms = {m: {k.kernel.op_type: k.latency_ms for k in f.kernels} for m, f in runs.items()}
+    assert ms["tf32-conv"]["Conv"] == ms["tf32"]["Conv"]  # the conv as under tf32
+    assert ms["tf32-conv"]["MatMul"] == ms["graph"]["MatMul"]  # the head as in fp32
+    assert runs["tf32-conv"].math == "tf32-conv"
+
+
+def test_tf32_conv_trains_the_conv_gradients_on_tf32_too():
+    f = tilecast.analyze(_model(CONV_HEAD, "float"), "a100-sxm4-40gb", mode="training",
+                         math="tf32-conv", predictor="roofline")
+    grads = {(k.kernel.op_type, k.kernel.dtype) for k in f.kernels if k.kernel.phase == "backward"
+             and k.kernel.cost.unit == "matrix"}
+    assert ("ConvGrad", "tf32") in grads and ("ConvGrad", "float32") not in grads
+    assert any(op != "ConvGrad" and dt == "float32" for op, dt in grads)  # the head's
 
 
 def test_amp_mlp_kernels_with_their_casts():

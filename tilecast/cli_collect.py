@@ -25,10 +25,10 @@ import click
               help="eager PyTorch, or one CUDA graph of the forward (inference; scored by "
                    "tilecast's cudagraph runtime).")
 @click.option("--math", "math_mode", default="graph", show_default=True,
-              type=click.Choice(["graph", "tf32", "amp-fp16", "amp-bf16"]),
+              type=click.Choice(["graph", "tf32", "tf32-conv", "amp-fp16", "amp-bf16"]),
               help="How an fp32 model's math runs (--dtype fp32): graph (fp32, TF32 off), "
-                   "tf32, or amp-bf16 / amp-fp16 (torch.autocast), as `tilecast analyze "
-                   "--math` forecasts it.")
+                   "tf32, tf32-conv (cuDNN TF32 only: PyTorch 1.12+'s default), or amp-bf16 / "
+                   "amp-fp16 (torch.autocast), as `tilecast analyze --math` forecasts it.")
 @click.option("--attn", default="eager", show_default=True, type=click.Choice(["eager", "sdpa"]),
               help="Attention: eager (matmul, softmax, matmul) or PyTorch's fused SDPA.")
 @click.option("--layers", type=click.IntRange(min=1),

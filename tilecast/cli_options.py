@@ -137,7 +137,8 @@ _MODE_OPTIONS = (
                  help="default (learned if shipped), learned, roofline, or a .onnx path."),
 )
 _MATH_HELP = ("Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 matmul/conv on TF32 "
-              "tensor cores), amp-fp16 / amp-bf16 (an fp32 graph under torch.autocast, casts "
+              "tensor cores), tf32-conv (convs on TF32, matmuls fp32: PyTorch 1.12+'s "
+              "default), amp-fp16 / amp-bf16 (an fp32 graph under torch.autocast, casts "
               "costed).")
 _RUNTIME_HELP = ("eager (per-kernel host dispatch; default), cudagraph (torch.cuda.graphs "
                  "replay: no dispatch floor) or graph (XLA / TensorRT-style: no dispatch floor, "

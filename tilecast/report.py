@@ -23,6 +23,7 @@ FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime")
 MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 tensor cores",
+             "tf32-conv": "fp32 convs on TF32 tensor cores, matmuls in fp32 (PyTorch 1.12+)",
              "amp-fp16": "autocast to float16, casts costed",
              "amp-bf16": "autocast to bfloat16, casts costed"}
 RUNTIME_TEXT = {"eager": f"host queue: per-op dispatch as measured (learned predictor) or "

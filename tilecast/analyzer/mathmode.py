@@ -37,9 +37,14 @@ from .analysis import NodeResult
 from .registry import REGISTRY, CostEntry
 from .types import DTYPES, Kernel, NodeView, TensorInfo
 
-MATH_MODES = ("graph", "tf32", "amp-fp16", "amp-bf16")
+MATH_MODES = ("graph", "tf32", "tf32-conv", "amp-fp16", "amp-bf16")
 AMP_DTYPES = {"amp-fp16": "float16", "amp-bf16": "bfloat16"}
 TF32 = "tf32"  # the compute dtype of fp32 matrix kernels under --math tf32
+# PyTorch 1.12+'s default on Ampere and newer: cuDNN convolutions in TF32
+# (``torch.backends.cudnn.allow_tf32`` True), cuBLAS matmuls in fp32 (``matmul.allow_tf32``
+# False); docs/math-and-runtimes.md, "Which frameworks use TF32 by default".
+TF32_CONV = "tf32-conv"
+TF32_MODES = frozenset({TF32, TF32_CONV})
 MS = "com.microsoft"
 
 # ONNX ops of the CUDA "autocast to lower precision" list (PyTorch op in the comment).
@@ -76,8 +81,8 @@ def check_math(math: str, device: Device) -> None:
     """Refuse a math mode the device cannot run, as the framework would."""
     if math not in MATH_MODES:
         raise TilecastError(f"unknown math mode {math!r}: choose one of {', '.join(MATH_MODES)}")
-    if math == TF32 and not device.peak_tflops_tf32_matrix:
-        raise TilecastError(f"--math tf32: {device.name} ({device.arch}) has no TF32 tensor "
+    if math in TF32_MODES and not device.peak_tflops_tf32_matrix:
+        raise TilecastError(f"--math {math}: {device.name} ({device.arch}) has no TF32 tensor "
                             "cores (NVIDIA Ampere or newer, AMD CDNA3); forecast its fp32 graph "
                             "with --math graph")
     if math == "amp-bf16" and not device.peak_tflops_bf16_matrix:
@@ -87,11 +92,20 @@ def check_math(math: str, device: Device) -> None:
                             "--math amp-fp16")
 
 
-def tf32_kernels(kernels: Sequence[Kernel]) -> list[Kernel]:
-    """fp32 kernels on the matrix unit (matmul, conv, attention, and their gradients) compute
-    in TF32; their bytes stay fp32."""
-    return [replace(k, cost=replace(k.cost, dtype=TF32))
-            if k.cost.unit == "matrix" and k.cost.dtype == "float32" else k for k in kernels]
+def tf32_kernels(kernels: Sequence[Kernel], math: str = TF32) -> list[Kernel]:
+    """Under ``tf32``, fp32 kernels on the matrix unit (matmul, conv, attention, and their
+    gradients) compute in TF32; under ``tf32-conv`` only the convolutions and their gradients
+    (cuDNN's), the matmuls staying fp32 (cuBLAS's). Their bytes stay fp32. Other math modes
+    leave the kernels as they are."""
+    if math not in TF32_MODES:
+        return list(kernels)
+
+    def runs_tf32(k: Kernel) -> bool:
+        return (k.cost.unit == "matrix" and k.cost.dtype == "float32"
+                and (math == TF32 or k.cost.family == "conv"))
+
+    return [replace(k, cost=replace(k.cost, dtype=TF32)) if runs_tf32(k) else k
+            for k in kernels]
 
 
 def _key(node: NodeView) -> tuple[str, str]:

@@ -133,8 +133,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         from .training import training_kernels
 
         kernels = training_kernels(graph, results, kernels, optimizer=optimizer)
-    if math == "tf32":
-        kernels = tf32_kernels(kernels)
+    kernels = tf32_kernels(kernels, math)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped,

@@ -106,7 +106,8 @@ def math_mode(math: str) -> Iterator[None]:
     cuDNN convs, so a label says which ran), restored afterwards."""
     torch = torch_module()
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = math == "tf32"
+    torch.backends.cuda.matmul.allow_tf32 = math == "tf32"
+    torch.backends.cudnn.allow_tf32 = math in ("tf32", "tf32-conv")
     try:
         yield
     finally:

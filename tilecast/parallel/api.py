@@ -167,8 +167,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     index = {res.node.name: i for i, res in enumerate(results)}
     kernels = _rank_kernels(kernels, results, index, layout, plan, r, s)
     dtype = _update_dtype(results, kernels)
-    if math == "tf32":
-        kernels = tf32_kernels(kernels)
+    kernels = tf32_kernels(kernels, math)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
