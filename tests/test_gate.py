@@ -257,6 +257,15 @@ def test_workflow_inputs_change_warns(workflow, repo):
     assert status == 0 and "Warning: encoder: the models take different inputs" in output
 
 
+def test_gate_draws_each_model_of_its_report(repo):
+    create_baselines()
+    status, output = _tilecast(["gate", "--format", "svg"])
+    assert status == 0, output
+    svg = output[output.index("<svg"):]
+    assert "model encoder:" in svg and "model decoder:" in svg
+    assert svg.rstrip().endswith("</svg>")
+
+
 # --- baselines ------------------------------------------------------------------------------
 def test_update_baseline_is_deterministic(repo):
     create_baselines()

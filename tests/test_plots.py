@@ -11,10 +11,11 @@ import onnx
 import onnx.parser
 import pytest
 from click.testing import CliRunner
+from graph_texts import BATCH_MLP
 
 import tilecast
 from tilecast.cli import main
-from tilecast.plots import evaluation_svg, forecast_svg, serving_svg, sweep_svg
+from tilecast.plots import comparison_svg, evaluation_svg, forecast_svg, serving_svg, sweep_svg
 from tilecast.plots.svg import log_ticks, nice_ticks
 from tilecast.sweep import sweep
 
@@ -193,3 +194,38 @@ def test_evaluate_refuses_svg_by_family(tmp_path: Path) -> None:
     res = CliRunner().invoke(main, ["evaluate", str(tmp_path), "--by-family", "--format",
                                     "svg"])
     assert res.exit_code != 0 and "--format svg" in res.output and "Traceback" not in res.output
+
+
+def _mlp_at(tmp_path: Path, batch: int) -> Path:
+    path = tmp_path / f"mlp{batch}.onnx"
+    onnx.save(onnx.parser.parse_model(BATCH_MLP.replace("batch", str(batch))), path)
+    return path
+
+
+def test_a_comparison_shows_each_family_before_and_after_and_slower_kernels_right(
+        tmp_path: Path) -> None:
+    # the same MLP at batch 64 (base) and 256 (new): every kernel slower, nothing faster
+    cmp = tilecast.compare(_mlp_at(tmp_path, 64), _mlp_at(tmp_path, 256), ["l4", "h100"],
+                           predictor="roofline")
+    root = _svg(comparison_svg([cmp]))
+    bars = {r.find("s:title", NS).text: float(r.get("width"))
+            for r in root.iterfind(".//s:rect", NS) if r.find("s:title", NS) is not None}
+    l4 = cmp.devices[0]
+    fam = max(l4.by_family, key=lambda f: f.new_ms)
+    assert bars[f"{fam.family} base: {fam.base_ms:.4f} ms"] == pytest.approx(
+        bars[f"{fam.family} new: {fam.new_ms:.4f} ms"] * fam.base_ms / fam.new_ms, abs=0.02)
+    centre = float(next(ln for ln in root.iterfind(".//s:line", NS)
+                        if ln.get("stroke") == "#333").get("x1"))
+    slower = [r for r in root.iterfind(".//s:rect", NS) if r.find("s:title", NS) is not None
+              and "changed, +" in r.find("s:title", NS).text]
+    assert slower and all(float(r.get("x")) == pytest.approx(centre) for r in slower)
+    text = comparison_svg([cmp])
+    assert "REGRESSED" in text and l4.summary in text
+
+
+def test_cli_compare_svg_keeps_the_regression_exit_status(tmp_path: Path) -> None:
+    paths = [_mlp_at(tmp_path, batch) for batch in (64, 4096)]
+    res = CliRunner().invoke(main, ["compare", *map(str, paths), "-d", "l4", "--predictor",
+                                    "roofline", "--format", "svg"])
+    assert res.exit_code == 1  # slower past the threshold: the gate still fails
+    _svg(res.output[res.output.index("<svg"):])

@@ -329,7 +329,7 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
               help="Allowed slow-down: a percentage (5%) or a time (2ms, 500us).")
 @click.option("--top", default=10, show_default=True, type=click.IntRange(min=0),
               help="How many changed kernels to list per device.")
-@output_options(("table", "json", "markdown"))
+@output_options(("table", "json", "markdown", "svg"))
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
             dims: dict[str, int], mode: str, fusion: bool, predictor: str, math: str | None,
@@ -348,6 +348,7 @@ def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
       tilecast compare old.onnx new.onnx --device l4 --device a100-80gb
       tilecast analyze model.onnx -d l4 --format json -o baseline.json
       tilecast compare baseline.json model.onnx --threshold 2ms --format markdown
+      tilecast compare old.onnx new.onnx -d l4 --format svg -o what-changed.svg
     """
     from .gate import compare as run_compare
     from .gate.report import render
@@ -369,7 +370,7 @@ def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
                    "./pyproject.toml with [tool.tilecast]).")
 @click.option("--update-baseline", is_flag=True,
               help="Forecast every model and rewrite its baseline file, then exit 0.")
-@output_options(("table", "json", "markdown"))
+@output_options(("table", "json", "markdown", "svg"))
 @click.pass_context
 def gate(ctx: click.Context, config_path: Path | None, update_baseline: bool, fmt: str,
          output: str | None) -> None:
@@ -380,6 +381,7 @@ def gate(ctx: click.Context, config_path: Path | None, update_baseline: bool, fm
     Example:
       tilecast gate --update-baseline          # once, then commit .tilecast/
       tilecast gate --format markdown -o tilecast-report.md
+      tilecast gate --format svg -o tilecast-report.svg
     """
     from .gate.config import load_config
     from .gate.report import render

@@ -129,6 +129,10 @@ def _markdown(entries: Sequence[Entry], title: str) -> str:
 # --- entry points ---------------------------------------------------------------------------
 def render(entries: Sequence[Entry], fmt: str, title: str = "tilecast latency comparison",
            ) -> str:
+    if fmt == "svg":
+        from ..plots import comparison_svg
+
+        return comparison_svg([c for _, c in entries], [name for name, _ in entries])
     if fmt == "json":
         if len(entries) == 1 and entries[0][0] is None:
             return entries[0][1].to_json()
