@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .layout import PLOT, WIDTH, Bar, axes, bars, header, legend
+from .layout import PLOT, WIDTH, Bar, axes, bars, clip, header, legend
 from .svg import PALETTE, Canvas
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def sweep_svg(s: Sweep) -> str:
     span 4x / 20x or more), each line's error band shaded; bars when no dim varies."""
     done = [r for r in s.rows if r.total_ms is not None]
     c = Canvas(WIDTH, 0)
-    y = header(c, f"{s.model}: forecast {s.mode} time per pass",
+    y = header(c, clip(f"{s.model}: forecast {s.mode} time per pass", 90),
                f"predictor {s.predictor}; lower is better; shaded or whiskers: error band")
     x = _x_dim(done)
     if not done:

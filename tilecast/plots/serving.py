@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .layout import PLOT, WIDTH, Bar, axes, bars, header
+from .layout import PLOT, WIDTH, Bar, axes, bars, clip, header
 from .svg import PALETTE, Canvas
 
 if TYPE_CHECKING:  # the chart reads ServingForecasts; nothing of them runs here
@@ -52,7 +52,7 @@ def serving_svg(runs: Sequence[ServingForecast]) -> str:
     latency / throughput curve (a decode-free generation of one token: phases only)."""
     first = runs[0]
     c = Canvas(WIDTH, 0)
-    y = header(c, f"{first.model} on {_on(first)}: serving",
+    y = header(c, clip(f"{first.model} on {_on(first)}: serving", 90),
                f"prompt {first.prompt} tokens, {first.generate} generated, runtime "
                f"{first.runtime}, predictor {first.predictor}; at most {first.max_batch:,} "
                "sequences fit")
