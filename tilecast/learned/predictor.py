@@ -205,7 +205,7 @@ class OnnxPredictor:
             stream, transposes = self._stream_and_transposes(f, p, tc, moved, device)
             slow = tensor_core.load_width_slowdown(p, tc, conv[tc])
             padding = tensor_core.group_tile_padding(p, tc, conv[tc])
-            chain = np.where(forward[tc], tensor_core.k_chain_ms(p, tc, device), 0.0)
+            chain = np.where(forward[tc], tensor_core.k_chain_ms(p, tc, device, conv[tc]), 0.0)
             s = tensor_core.sustained(f, tc, device.matrix_sustained_fraction, stream,
                                       terms["fixed"], terms["host"], transposes, slow, padding,
                                       chain)

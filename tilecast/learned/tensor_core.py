@@ -184,6 +184,13 @@ def sustained(f: Features, mask: np.ndarray, fraction: float, stream_ms: np.ndar
 # `64x3`, `64x4`, `_64x16_` k-tiles of the H100's cuDNN and nvjet kernels), 32 in TF32. The
 # deepest tile in common use, so the fewest steps: the chain below is a lower bound.
 K_TILE_BYTES = 128
+# cuBLAS splits a long reduction over few output tiles: of our H100's and H200's 16-bit
+# nvjet linears on under half the SMs' worth of tiles, none under 41 k-steps ran a `splitK`
+# kernel (264 rows), every one of 48 steps or more did (187), 11 of 31 between; the longest
+# unsplit loop was 40 steps. So a GEMM's floor counts at most that many steps: past them the
+# kernel runs slices (13 steps or more), which its streaming or compute term then bounds.
+# Convolutions keep their whole loop: cuDNN ran ResNet-50's 72-step batch-1 convs unsplit.
+CUBLAS_UNSPLIT_STEPS = 40
 
 
 def l2_latency_ns(device: Device) -> float | None:
@@ -193,7 +200,7 @@ def l2_latency_ns(device: Device) -> float | None:
     return own if own is not None else lowest_l2_latency_ns(device.vendor)
 
 
-def k_chain_ms(p: Parts, mask: np.ndarray, device: Device) -> np.ndarray:
+def k_chain_ms(p: Parts, mask: np.ndarray, device: Device, conv: np.ndarray) -> np.ndarray:
     """The shortest time a CTA takes for its reduction loop, per row of ``mask``: one L2
     round trip per ``K_TILE_BYTES`` k-step, ``ceil(k / depth) x Device.l2_latency_ns``. With
     a wave or less of tiles nothing hides the loop: ResNet-50's batch-1 GEMMs in our H100's
@@ -201,11 +208,11 @@ def k_chain_ms(p: Parts, mask: np.ndarray, device: Device) -> np.ndarray:
     board's 134 ns L2 latency), 7.6-7.8 us at 2,304 and 6.2-6.7 at 1,152, where the streaming
     and compute terms give 1.2-3 us whatever k (docs/predictor.md, "The reduction loop of a
     small tensor-core GEMM"). A floor on the busy time, not an addend: a GEMM of many waves
-    is held by its compute or streaming term, which then exceed one CTA's loop. Split-K
-    kernels run shorter slices and can beat it: cuBLAS's `splitK` kernels for reductions of
-    16,384 on few output tiles by 3-8 % (4 of our H100's 1,807 16-bit linears, 4 of the
-    H200's 777), cuDNN's split 7 x 7 convs over 512 channels (k = 25,088) by up to 38 %;
-    every unsplit one takes 2.1x the floor or more.
+    is held by its compute or streaming term, which then exceed one CTA's loop. ``conv``: the
+    row is a convolution (cuDNN, its whole loop); a GEMM's (cuBLAS) counts at most
+    ``CUBLAS_UNSPLIT_STEPS``, since cuBLAS splits longer ones. cuDNN's own split 7 x 7 convs
+    over 512 channels (k = 25,088) beat the floor by up to 38 %; every collected linear of our
+    Hoppers takes 4.7x its floor or more.
     The predictor takes it for forward kernels only: a backward pass's weight gradients
     reduce over the batch's pixels or tokens (k = 401,408 for a ResNet-50 3 x 3 conv at
     batch 128), which cuDNN and cuBLAS split across the SMs; unsplit, the floor put our
@@ -215,4 +222,5 @@ def k_chain_ms(p: Parts, mask: np.ndarray, device: Device) -> np.ndarray:
     if device.vendor != "nvidia" or ns is None:
         return np.zeros(int(mask.sum()))
     steps = np.ceil(p.k[mask] / (K_TILE_BYTES / p.itemsize[mask]))
+    steps = np.where(conv, steps, np.minimum(steps, CUBLAS_UNSPLIT_STEPS))
     return np.where(p.fused[mask], 0.0, steps * ns * 1e-6)
