@@ -105,7 +105,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
             optimizer: str = "none", math: str = "graph", runtime: str = "eager") -> Forecast:
     """Forecast the latency of one inference pass (or training step) of ``model`` on ``device``.
 
-    ``math``: graph (the graph's dtypes), tf32, amp-fp16 or amp-bf16 (see
+    ``math``: graph (the graph's dtypes), tf32, tf32-conv, amp-fp16 or amp-bf16 (see
     ``tilecast.analyzer.mathmode``); ``runtime``: eager or graph (``analyzer.runtime``).
 
     >>> f = analyze("examples/tiny_mlp.onnx", "l4", predictor="roofline")  # doctest: +SKIP

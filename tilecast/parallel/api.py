@@ -140,7 +140,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     graph) issues each rank's kernels as ``tilecast analyze --runtime`` does. ``loss`` adds
     Megatron-LM's vocabulary-parallel cross entropy after the LM head (``loss.py``).
     ``math`` runs an fp32 graph as ``tilecast analyze --math`` does (analyzer.mathmode):
-    ``tf32`` on TF32 tensor cores, ``amp-fp16`` / ``amp-bf16`` under ``torch.autocast`` with
+    ``tf32`` on TF32 tensor cores (``tf32-conv``: its convs only), ``amp-fp16`` / ``amp-bf16``
+    under ``torch.autocast`` with
     its casts (each rank casts its shard of a split weight); the parameters, their gradients
     and the optimizer stay in the graph's dtype (fp32 master weights).
 

@@ -118,7 +118,7 @@ class ParallelForecast:
     sequence: int = 0  # the attention's query length (0: no attention recognized)
     run: TrainingRun | None = None  # a whole run at this step (``run.plan_run``), if asked
     peak_tflops: float = 0.0  # per-GPU peak of the GEMMs' dtype (0: unknown)
-    math: str = "graph"  # the arithmetic (analyzer.mathmode): graph, tf32, amp-fp16, amp-bf16
+    math: str = "graph"  # the arithmetic (analyzer.mathmode.MATH_MODES)
 
     @property
     def step_ms(self) -> float:
