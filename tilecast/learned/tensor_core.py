@@ -8,8 +8,11 @@ fp16 GEMM to 41 % of the H100's peak and 52-65 % of the A100's, where vendor BLA
 and 77 % (``Device.matrix_sustained_fraction``, sourced per GPU, docs/devices.md). So those
 kernels take the physics instead, the learned parts that do not depend on the math unit kept:
 
-    busy_ms = smax4(compute / sustained_fraction, stream_ms)
+    busy_ms = max(smax4(compute / sustained_fraction, stream_ms), chain_ms)
     gpu_ms  = fixed_ms + busy_ms
+
+``chain_ms`` is a lone CTA's reduction loop, one L2 round trip per k-step (``k_chain_ms``,
+stop 57): what a GEMM with a wave or less of tiles cannot go below.
 
 ``stream_ms`` is the time the device's streaming kernels take for the GEMM's DRAM bytes (the
 learned elementwise model's busy time for a copy of that many bytes, read from DRAM): cuBLAS's
