@@ -233,7 +233,8 @@ def test_labels_carry_the_math_mode_an_fp32_model_ran_with(tmp_path):
     reasons = sorted(s.reason for s in skipped)
     assert reasons[0].startswith("--math amp-bf16: Tesla T4 (turing) has no bfloat16 tensor")
     assert reasons[1].startswith("math amp-bf16 applies to a float32 model, not bfloat16")
-    assert reasons[2].startswith("math must be one of graph, tf32, tf32-conv, amp-fp16, amp-bf16, got 'fp8'")
+    assert reasons[2].startswith(
+        "math must be one of graph, tf32, tf32-conv, amp-fp16, amp-bf16, got 'fp8'")
 
 
 def test_an_autocast_label_is_forecast_under_its_math_mode(tmp_path, monkeypatch):
