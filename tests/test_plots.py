@@ -52,19 +52,41 @@ def test_family_bars_are_proportional_to_their_time(gpt2_path: Path) -> None:
     assert f"{f.total_ms:.3f} ms" in texts and "Slowest 5 kernels" in texts
 
 
+def _points(line: ET.Element) -> list[tuple[float, float]]:
+    return [tuple(map(float, p.split(","))) for p in line.get("points").split()]
+
+
 def test_a_sweep_draws_one_line_per_gpu_with_its_points_in_order(mlp: Path) -> None:
     s = sweep(mlp, ["t4", "h100"], {"batch": [1, 8, 64, 512]}, predictor="roofline")
     root = _svg(sweep_svg(s))
-    lines = root.findall(".//s:polyline", NS)
-    assert [ln.find("s:title", NS).text for ln in lines] == ["Tesla T4, graph, eager",
-                                                            "NVIDIA H100 SXM5 80GB, graph, eager"]
-    for ln, gpu in zip(lines, ("Tesla T4", "NVIDIA H100 SXM5 80GB"), strict=True):
-        pts = [tuple(map(float, p.split(","))) for p in ln.get("points").split()]
-        ms = [r.total_ms for r in s.rows if r.device == gpu]
-        assert [x for x, _ in pts] == sorted(x for x, _ in pts)  # batch grows to the right
-        # SVG y grows downwards: more time, higher on the page, in the same order
-        assert sorted(range(4), key=lambda i: -pts[i][1]) == sorted(range(4), key=ms.__getitem__)
+    lines = {ln.find("s:title", NS).text: ln for ln in root.findall(".//s:polyline", NS)}
+    gpus = ("Tesla T4", "NVIDIA H100 SXM5 80GB")
+    assert sorted(lines) == sorted(f"{g}, graph, eager ({m})" for g in gpus
+                                   for m in ("ms per pass", "samples / s"))
+    for gpu in gpus:
+        rows = [r for r in s.rows if r.device == gpu]
+        for measure, values in (("ms per pass", [r.total_ms for r in rows]),
+                                ("samples / s", [r.samples_per_s for r in rows])):
+            pts = _points(lines[f"{gpu}, graph, eager ({measure})"])
+            assert [x for x, _ in pts] == sorted(x for x, _ in pts)  # batch to the right
+            # SVG y grows downwards: the larger value, the higher on the page
+            assert sorted(range(4), key=lambda i: -pts[i][1]) == sorted(
+                range(4), key=values.__getitem__)
+    # the throughput panel lies wholly under the latency one
+    ms_low = max(y for g in gpus for _, y in _points(lines[f"{g}, graph, eager (ms per pass)"]))
+    tp_high = min(y for g in gpus for _, y in _points(lines[f"{g}, graph, eager (samples / s)"]))
+    assert ms_low < tp_high
     assert "mlp &lt;&amp;&gt; net" in sweep_svg(s)
+
+
+def test_a_sweep_over_another_dim_has_no_throughput_panel(mlp: Path, tmp_path: Path) -> None:
+    text = BATCH_MLP.replace("float[batch, 256] x", "float[8, seq, 256] x").replace(
+        "float[batch, 512] y", "float[8, seq, 512] y")
+    onnx.save(onnx.parser.parse_model(text), tmp_path / "seq.onnx")
+    s = sweep(tmp_path / "seq.onnx", ["l4"], {"seq": [16, 64]}, predictor="roofline")
+    titles = [ln.find("s:title", NS).text for ln in _svg(sweep_svg(s)).findall(".//s:polyline",
+                                                                             NS)]
+    assert titles == ["NVIDIA L4, graph, eager (ms per pass)"]
 
 
 def test_a_sweep_without_a_varied_dim_is_bars_and_lists_its_skips(mlp: Path) -> None:
@@ -109,7 +131,8 @@ def test_cli_writes_svg_and_refuses_it_with_parallel(gpt2_path: Path, mlp: Path,
     _svg(out.read_text())
     res = CliRunner().invoke(main, ["sweep", str(mlp), "-d", "t4,l4", "--dim", "batch=1,16",
                                     "--predictor", "roofline", "--format", "svg"])
-    assert res.exit_code == 0 and len(_svg(res.output).findall(".//s:polyline", NS)) == 2
+    # two GPUs, each a latency and a throughput line
+    assert res.exit_code == 0 and len(_svg(res.output).findall(".//s:polyline", NS)) == 4
     res = CliRunner().invoke(main, ["analyze", str(gpt2_path), "--mode", "training",
                                     "--parallel", "dp=2", "--cluster", "dgx-a100",
                                     "--format", "svg"])

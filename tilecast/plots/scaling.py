@@ -3,11 +3,12 @@ runtime (bars where the sweep binds no size)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .layout import PLOT, WIDTH, Bar, axes, bars, clip, header, legend
-from .svg import PALETTE, Canvas
+from .svg import PALETTE, Canvas, fmt_value
 
 if TYPE_CHECKING:
     from ..sweep.api import Sweep, SweepRow
@@ -27,13 +28,33 @@ def _series(rows: Sequence[SweepRow], x: str) -> dict[str, list[SweepRow]]:
     return {k: sorted(v, key=lambda r: dict(r.dims)[x]) for k, v in out.items()}
 
 
+@dataclass(frozen=True)
+class Measure:
+    """What a panel plots of each row: its value and error band, and the axis label."""
+
+    label: str
+    value: Callable[[SweepRow], float]
+    band: Callable[[SweepRow], tuple[float, float] | None]
+
+
+LATENCY = Measure("ms per pass", lambda r: r.total_ms,
+                  lambda r: None if r.band_low_ms is None else (r.band_low_ms, r.band_high_ms))
+# samples/s = batch x 1000 / ms, so the band's slow end is the throughput's low end
+THROUGHPUT = Measure("samples / s", lambda r: r.samples_per_s,
+                     lambda r: None if r.band_low_ms is None else (
+                         r.samples_per_s * r.total_ms / r.band_high_ms,
+                         r.samples_per_s * r.total_ms / r.band_low_ms))
+GAP = 400.0  # the throughput panel sits this far below the latency one
+
+
 def sweep_svg(s: Sweep) -> str:
     """Lines of forecast ms against the first dim the sweep varies (log axes where the values
-    span 4x / 20x or more), each line's error band shaded; bars when no dim varies."""
+    span 4x / 20x or more), each line's error band shaded, and under them samples/s where
+    that dim is the batch; bars when no dim varies."""
     done = [r for r in s.rows if r.total_ms is not None]
     c = Canvas(WIDTH, 0)
     y = header(c, clip(f"{s.model}: forecast {s.mode} time per pass", 90),
-               f"predictor {s.predictor}; lower is better; shaded or whiskers: error band")
+               f"predictor {s.predictor}; lower ms is better; shaded or whiskers: error band")
     x = _x_dim(done)
     if not done:
         y += 30
@@ -46,9 +67,14 @@ def sweep_svg(s: Sweep) -> str:
             for i, r in enumerate(done)])
     else:
         series = _series(done, x)
-        _lines(c, series, x)
-        y = legend(c, PLOT[3] + 44, [(k, PALETTE[i % len(PALETTE)])
-                                     for i, k in enumerate(series)])
+        _lines(c, series, x, LATENCY, PLOT)
+        bottom = PLOT[3]
+        if all(r.samples_per_s for r in done) and _is_batch(x):
+            x0, y0, x1, y1 = PLOT
+            bottom = y1 + GAP
+            _lines(c, series, x, THROUGHPUT, (x0, y0 + GAP, x1, bottom))
+        y = legend(c, bottom + 44, [(k, PALETTE[i % len(PALETTE)])
+                                    for i, k in enumerate(series)])
     for r in (r for r in s.rows if r.total_ms is None):
         y += 16
         c.text(20, y, f"skipped {r.device} {r.math} {r.runtime}: {r.skipped}", size=11,
@@ -57,20 +83,28 @@ def sweep_svg(s: Sweep) -> str:
     return c.svg()
 
 
-def _lines(c: Canvas, series: dict[str, list[SweepRow]], x: str) -> None:
+def _is_batch(dim: str) -> bool:
+    """The sweep's samples/s count the dim whose name holds "batch" (``sweep.api``)."""
+    return "batch" in dim.lower()
+
+
+def _lines(c: Canvas, series: dict[str, list[SweepRow]], x: str, m: Measure,
+           plot: tuple[float, float, float, float]) -> None:
     rows = [r for rs in series.values() for r in rs]
     xs = [dict(r.dims)[x] for r in rows]
-    ys = [r.total_ms for r in rows] + [r.band_low_ms for r in rows if r.band_low_ms] + [
-        r.band_high_ms for r in rows if r.band_high_ms]
-    fx, fy = axes(c, PLOT, xs, ys, x, "ms", x_marks=sorted(set(xs)))
+    bands = [b for b in map(m.band, rows) if b is not None]
+    ys = [m.value(r) for r in rows] + [v for b in bands for v in b]
+    fx, fy = axes(c, plot, xs, ys, x, m.label, x_marks=sorted(set(xs)))
     for i, (key, rs) in enumerate(series.items()):
         colour = PALETTE[i % len(PALETTE)]
-        pts = [(fx(dict(r.dims)[x]), fy(r.total_ms)) for r in rs]
-        if all(r.band_low_ms is not None for r in rs) and len(rs) > 1:
-            upper = [(fx(dict(r.dims)[x]), fy(r.band_high_ms)) for r in rs]
-            lower = [(fx(dict(r.dims)[x]), fy(r.band_low_ms)) for r in reversed(rs)]
+        pts = [(fx(dict(r.dims)[x]), fy(m.value(r))) for r in rs]
+        row_bands = [m.band(r) for r in rs]
+        if len(rs) > 1 and all(b is not None for b in row_bands):
+            upper = [(fx(dict(r.dims)[x]), fy(b[1])) for r, b in zip(rs, row_bands, strict=True)]
+            lower = [(fx(dict(r.dims)[x]), fy(b[0]))
+                     for r, b in zip(reversed(rs), reversed(row_bands), strict=True)]
             c.polygon(upper + lower, colour, 0.15)
-        c.polyline(pts, colour, title=key)
+        c.polyline(pts, colour, title=f"{key} ({m.label})")
         for (px, py), r in zip(pts, rs, strict=True):
             c.circle(px, py, 3, colour, title=f"{key}, {x}={dict(r.dims)[x]}: "
-                                               f"{r.total_ms:.3f} ms")
+                                               f"{fmt_value(m.value(r))} {m.label}")
