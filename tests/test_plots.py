@@ -252,3 +252,16 @@ def test_cli_compare_svg_keeps_the_regression_exit_status(tmp_path: Path) -> Non
                                     "roofline", "--format", "svg"])
     assert res.exit_code == 1  # slower past the threshold: the gate still fails
     _svg(res.output[res.output.index("<svg"):])
+
+
+def test_a_training_step_is_drawn_by_phase_too(gpt2_path: Path) -> None:
+    f = tilecast.analyze(gpt2_path, "l4", mode="training", optimizer="adam",
+                         predictor="roofline")
+    widths = _bar_widths(_svg(forecast_svg(f)))
+    phases = f.by_phase
+    assert set(phases) == {"forward", "backward", "update"}
+    longest = max(phases, key=phases.get)
+    for phase, ms in phases.items():  # one scale: proportional to each phase's ms
+        assert widths[phase] == pytest.approx(widths[longest] * ms / phases[longest], abs=0.02)
+    assert "Time by phase" not in forecast_svg(tilecast.analyze(gpt2_path, "l4",
+                                                                predictor="roofline"))

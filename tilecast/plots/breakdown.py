@@ -22,15 +22,22 @@ def _subtitle(f: Forecast) -> str:
 
 
 def forecast_svg(f: Forecast, top: int = 10) -> str:
-    """Time by kernel family (ms and share) and the ``top`` slowest kernels, each coloured by
-    what bounds it; extrapolated kernels starred, an incomplete forecast said so."""
+    """Time by phase (a training step), by kernel family (ms and share) and the ``top``
+    slowest kernels, each coloured by what bounds it; extrapolated kernels starred, an
+    incomplete forecast said so."""
     total = f.total_ms
     c = Canvas(WIDTH, 0)
     y = header(c, clip(f"{f.model} on {f.device.name}: {total:.3f} ms", 90), _subtitle(f))
+    def share(ms: float) -> str:
+        return f"{ms:.3f} ms ({ms / total:.0%})" if total > 0 else f"{ms:.3f} ms"
+
+    phases = f.by_phase
+    if len(phases) > 1:  # a training step: forward, backward, optimizer update
+        y = bars(c, y, "Time by phase", [Bar(ph, ms, share(ms), PALETTE[2])
+                                         for ph, ms in phases.items()])
     families = sorted(f.by_family.items(), key=lambda kv: -kv[1])
     y = bars(c, y, "Time by kernel family",
-             [Bar(fam, ms, f"{ms:.3f} ms ({ms / total:.0%})" if total > 0 else f"{ms:.3f} ms",
-                  PALETTE[0]) for fam, ms in families])
+             [Bar(fam, ms, share(ms), PALETTE[0]) for fam, ms in families])
     slowest = sorted(f.kernels, key=lambda k: -k.latency_ms)[:top]
     y = bars(c, y, f"Slowest {len(slowest)} kernels",
              [Bar(f"{k.kernel.name} ({k.kernel.op_type}){' *' if k.extrapolated else ''}",
