@@ -24,7 +24,7 @@ def _families(c: Canvas, y: float, d: DeviceComparison) -> float:
     span = max([max(f.base_ms, f.new_ms) for f in rows] + [1e-30])
     plot_w = WIDTH - LABEL_W - VALUE_W - 40
     for f in rows:
-        c.text(20 + LABEL_W - 8, y + 15, clip(f.family, 40), size=11, anchor="end")
+        c.text(20 + LABEL_W - 8, y + 15, clip(f.family, 37), size=11, anchor="end")
         colour = SLOWER if f.delta_ms > 0 else FASTER if f.delta_ms < 0 else BASE
         c.rect(20 + LABEL_W, y + 3, plot_w * f.base_ms / span, 7, BASE,
                title=f"{f.family} base: {f.base_ms:.4f} ms")
@@ -49,7 +49,7 @@ def _kernels(c: Canvas, y: float, d: DeviceComparison) -> float:
         WIDTH - LABEL_W - VALUE_W - 40) / 2
     top = y
     for k in changed:
-        c.text(20 + LABEL_W - 8, y + 15, clip(f"{k.name} ({k.op_type})", 40), size=11,
+        c.text(20 + LABEL_W - 8, y + 15, clip(f"{k.name} ({k.op_type})", 37), size=11,
                anchor="end")
         w = half * abs(k.delta_ms) / span
         colour = SLOWER if k.delta_ms > 0 else FASTER

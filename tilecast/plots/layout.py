@@ -31,8 +31,9 @@ class Bar:
 
 
 def bars(c: Canvas, top: float, title: str, items: Sequence[Bar]) -> float:
-    """A titled horizontal bar chart from ``top``; returns the y below it. Bar lengths are
-    proportional to the values (the longest value or whisker spans the plot width)."""
+    """A titled horizontal bar chart from ``top``; returns the y below it. Labels are clipped
+    to the 250 px column (~37 characters at 11 px); bar lengths are proportional to the
+    values (the longest value or whisker spans the plot width)."""
     c.text(20, top + 16, title, size=14, weight="bold")
     span = max([b.value for b in items] + [b.whisker[1] for b in items if b.whisker] + [1e-30])
     # the value column takes what its longest text needs (11 px Helvetica: ~6.5 px a character)
@@ -40,7 +41,7 @@ def bars(c: Canvas, top: float, title: str, items: Sequence[Bar]) -> float:
     plot_w = max(WIDTH - LABEL_W - value_w - 40, 120.0)
     y = top + 28
     for b in items:
-        c.text(20 + LABEL_W - 8, y + 15, clip(b.label, 40), size=11, anchor="end")
+        c.text(20 + LABEL_W - 8, y + 15, clip(b.label, 37), size=11, anchor="end")
         c.rect(20 + LABEL_W, y + 3, plot_w * b.value / span, ROW_H - 6, b.colour,
                title=f"{b.label}: {b.text}")
         if b.whisker:
