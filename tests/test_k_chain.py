@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
+import numpy as np
 import onnx
 import onnx.helper
 import pytest
@@ -15,7 +17,7 @@ from tilecast.analyzer.runtime import GRAPH_KERNEL_LAUNCH_US, apply_runtime
 from tilecast.analyzer.types import Kernel, MatmulDims, OpCost
 from tilecast.device_db import list_devices, load_device, lowest_l2_latency_ns
 from tilecast.learned.predictor import default_predictor
-from tilecast.learned.tensor_core import l2_latency_ns
+from tilecast.learned.tensor_core import CUBLAS_UNSPLIT_STEPS, k_chain_ms, l2_latency_ns
 
 
 def _gemm(m: int, n: int, k: int, dtype: str = "bfloat16") -> Kernel:
@@ -78,11 +80,25 @@ def test_an_unmeasured_chip_takes_the_vendors_shortest_l2_latency() -> None:
         32 * shortest * 1e-6, rel=1e-9)
 
 
-def test_no_chain_off_nvidia_or_for_fused_attention() -> None:
+def test_no_chain_off_nvidia() -> None:
     mi210 = load_device("mi210")
     kern = _gemm(16, 64, 2048, "float16")
     assert (default_predictor().predict([kern], mi210)
             == default_predictor().predict([kern], replace(mi210, l2_latency_ns=None)))
+
+
+def test_a_fused_attention_row_has_no_chain_and_a_convs_no_cap() -> None:
+    # k_chain_ms reads the parts' k, itemsize and fused columns: two 16-bit rows of k = 4,608
+    # (72 steps), the second a fused attention's equivalent GEMM (its loop runs over keys)
+    h100 = load_device("h100-sxm5-80gb")
+    parts = SimpleNamespace(k=np.array([4608.0, 4608.0]), itemsize=np.array([2.0, 2.0]),
+                            fused=np.array([False, True]))
+    every = np.ones(2, dtype=bool)
+    conv = k_chain_ms(parts, every, h100, conv=np.array([True, True]))
+    gemm = k_chain_ms(parts, every, h100, conv=np.array([False, False]))
+    step_ms = h100.l2_latency_ns * 1e-6
+    assert conv.tolist() == pytest.approx([72 * step_ms, 0.0])
+    assert gemm.tolist() == pytest.approx([CUBLAS_UNSPLIT_STEPS * step_ms, 0.0])
 
 
 def test_a_cuda_graph_forecast_grows_with_the_reduction() -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analyzer.mathmode import MATH_MODES
+from ..analyzer.mathmode import MATH_MODES, TF32, TF32_MODES
 from ..errors import ConfigError, TilecastError
 from .timing import device_label, resolve_device, sm_clock_mhz, time_callable, torch_module
 
@@ -106,8 +106,8 @@ def math_mode(math: str) -> Iterator[None]:
     cuDNN convs, so a label says which ran), restored afterwards."""
     torch = torch_module()
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = math == "tf32"
-    torch.backends.cudnn.allow_tf32 = math in ("tf32", "tf32-conv")
+    torch.backends.cuda.matmul.allow_tf32 = math == TF32
+    torch.backends.cudnn.allow_tf32 = math in TF32_MODES
     try:
         yield
     finally:

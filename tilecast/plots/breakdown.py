@@ -28,6 +28,7 @@ def forecast_svg(f: Forecast, top: int = 10) -> str:
     total = f.total_ms
     c = Canvas(WIDTH, 0)
     y = header(c, clip(f"{f.model} on {f.device.name}: {total:.3f} ms", 90), _subtitle(f))
+
     def share(ms: float) -> str:
         return f"{ms:.3f} ms ({ms / total:.0%})" if total > 0 else f"{ms:.3f} ms"
 

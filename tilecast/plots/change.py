@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .layout import LABEL_W, ROW_H, WIDTH, clip, header, legend
-from .svg import Canvas
+from .layout import GREY, LABEL_W, ROW_H, WIDTH, clip, header, legend
+from .svg import PALETTE, Canvas
 
 if TYPE_CHECKING:  # the chart reads Comparisons; nothing of them runs here
     from ..gate.compare import Comparison, DeviceComparison
 
-BASE, SLOWER, FASTER = "#9a9a9a", "#D55E00", "#009E73"  # Okabe-Ito vermillion, bluish green
+BASE, SLOWER, FASTER = GREY, PALETTE[3], PALETTE[2]  # grey, vermillion, bluish green
 VALUE_W = 210
 
 
@@ -45,8 +45,8 @@ def _kernels(c: Canvas, y: float, d: DeviceComparison) -> float:
     c.text(20, y + 16, f"Largest kernel changes ({len(changed)})", size=13, weight="bold")
     y += 26
     span = max(abs(k.delta_ms) for k in changed)
-    mid, half = 20 + LABEL_W + (WIDTH - LABEL_W - VALUE_W - 40) / 2, (
-        WIDTH - LABEL_W - VALUE_W - 40) / 2
+    half = (WIDTH - LABEL_W - VALUE_W - 40) / 2
+    mid = 20 + LABEL_W + half
     top = y
     for k in changed:
         c.text(20 + LABEL_W - 8, y + 15, clip(f"{k.name} ({k.op_type})", 37), size=11,

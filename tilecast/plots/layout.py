@@ -13,6 +13,7 @@ ROW_H = 22
 LABEL_W = 250  # left column of bar charts: the bar's name
 VALUE_W = 150  # right column: its value
 PLOT = (90.0, 80.0, WIDTH - 40.0, 430.0)  # x0, y0 (top), x1, y1 (bottom) of an x-y plot
+GREY = "#9a9a9a"  # what is not the point: a comparison's base, a batch past memory
 BOUND_COLOURS = {"compute": PALETTE[0], "memory": PALETTE[1], "latency": PALETTE[3],
                  "overhead": PALETTE[4]}
 

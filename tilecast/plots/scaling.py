@@ -7,11 +7,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..sweep.api import is_batch_dim
 from .layout import PLOT, WIDTH, Bar, axes, bars, clip, header, legend
 from .svg import PALETTE, Canvas, fmt_value
 
 if TYPE_CHECKING:
     from ..sweep.api import Sweep, SweepRow
+
 
 def _x_dim(rows: Sequence[SweepRow]) -> str | None:
     """The first bound dim that takes two values or more: the chart's x axis."""
@@ -69,7 +71,7 @@ def sweep_svg(s: Sweep) -> str:
         series = _series(done, x)
         _lines(c, series, x, LATENCY, PLOT)
         bottom = PLOT[3]
-        if all(r.samples_per_s for r in done) and _is_batch(x):
+        if all(r.samples_per_s for r in done) and is_batch_dim(x):
             x0, y0, x1, y1 = PLOT
             bottom = y1 + GAP
             _lines(c, series, x, THROUGHPUT, (x0, y0 + GAP, x1, bottom))
@@ -81,11 +83,6 @@ def sweep_svg(s: Sweep) -> str:
                fill="#555")
     c.height = y + 20
     return c.svg()
-
-
-def _is_batch(dim: str) -> bool:
-    """The sweep's samples/s count the dim whose name holds "batch" (``sweep.api``)."""
-    return "batch" in dim.lower()
 
 
 def _lines(c: Canvas, series: dict[str, list[SweepRow]], x: str, m: Measure,

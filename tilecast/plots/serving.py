@@ -6,13 +6,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .layout import PLOT, WIDTH, Bar, axes, bars, clip, header
+from .layout import GREY, PLOT, WIDTH, Bar, axes, bars, clip, header
 from .svg import PALETTE, Canvas
 
 if TYPE_CHECKING:  # the chart reads ServingForecasts; nothing of them runs here
     from ..serving.forecast import ServingForecast
 
-PAST_MEMORY = "#9a9a9a"
+PAST_MEMORY = GREY
 
 
 def _on(f: ServingForecast) -> str:

@@ -22,10 +22,15 @@ from ..errors import TilecastError
 
 SCHEMA_VERSION = 1
 
+def is_batch_dim(name: str) -> bool:
+    """A dim whose name says batch (batch, batch_size, Batch...): the samples a forecast
+    serves, for samples/s."""
+    return "batch" in name.lower()
+
+
 def _batch(point: tuple[tuple[str, int], ...]) -> int | None:
-    """The value of the first bound dim whose name says batch (batch, batch_size, Batch...):
-    the samples a forecast serves, for samples/s."""
-    return next((v for k, v in point if "batch" in k.lower()), None)
+    """The value of the first bound batch dim (``is_batch_dim``)."""
+    return next((v for k, v in point if is_batch_dim(k)), None)
 
 
 @dataclass(frozen=True)
