@@ -236,15 +236,18 @@ def test_a_family_without_measurements_takes_its_vendors_newest_older_one() -> N
 def test_tile_candidates_climb_the_batch_ladder() -> None:
     # One tree on log2_m (feature 1): 64x64 up to m = 2^9, 128x128 above; split always 1. A
     # linear of 100 rows gets its own pick, then 128x128 from 800 rows (100 x 2^3) up; a
-    # linear of 4096 rows has only 128x128. A batched product climbs its batch, not its rows:
-    # its 100 rows never pass the threshold. Linear (tn) rows double m, batched (nn) rows b.
+    # linear of 4096 rows has only 128x128. A batched product of two climbs its batch, not
+    # its rows: its 100 rows never pass the threshold. Linear (tn) rows double m, batched
+    # (nn) rows b; a lone nn product (b = 1: a Gemm with B stored k x n) both, so it meets
+    # 128x128 at 800 rows too (its rows rung comes before row 0's in the rung order).
     table = _one_split_table(1, 9.0, ("64x64", "128x128"))
-    ones = np.ones(3)
+    ones = np.ones(4)
     row, tile, split = table.candidates(
-        "ampere", np.array(["tn", "tn", "nn"], dtype=object), ones, np.array([100, 4096, 100]),
-        512 * ones, 512 * ones, 108 * ones)
-    assert list(row) == [0, 1, 2, 0] and list(tile) == ["64x64", "128x128", "64x64", "128x128"]
-    assert list(split) == [1, 1, 1, 1]
+        "ampere", np.array(["tn", "tn", "nn", "nn"], dtype=object), np.array([1, 1, 2, 1]),
+        np.array([100, 4096, 100, 100]), 512 * ones, 512 * ones, 108 * ones)
+    assert list(row) == [0, 1, 2, 3, 3, 0]
+    assert list(tile) == ["64x64", "128x128", "64x64", "64x64", "128x128", "128x128"]
+    assert list(split) == [1] * 6
 
 
 def test_tile_candidates_descend_the_reduction_ladder() -> None:

@@ -111,6 +111,11 @@ class MatmulDims:
     # B (k x n, b of them) is a constant of the graph (a layer's weight): read once per pass,
     # so it comes from DRAM when the pass's weights outgrow the L2 (analyzer/weights.py).
     weight_b: bool = False
+    # How the graph stores a shared B, where it says: "kn" (Gemm transB=0, as PyTorch's
+    # addmm(x, W) and GPT-2's Conv1D hold it: cuBLAS runs its "nn" kernels) or "nk" (Gemm
+    # transB=1, a linear layer's weight: "tn"); None where the graph does not say which ran
+    # (a MatMul with a constant B may be nn.Linear with its transpose folded at export).
+    b_layout: str | None = None
 
 
 @dataclass(frozen=True)

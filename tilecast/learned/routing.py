@@ -118,10 +118,12 @@ _NO_REREAD = (0, 0, 0)
 
 
 def _layout_code(op_type: str, mm) -> int:
-    """1: a Gemm (linear layout); -1: a batched product; 0: decided by the batch."""
-    if op_type == "Gemm":
-        return 1
-    return -1 if mm is not None and mm.batched else 0
+    """1: the linear layout ("tn"); -1: a batched product, or a shared B stored k x n ("nn");
+    0: decided by the batch. A Gemm's B is as ``b_layout`` says (transB), a linear layer's
+    weight where it does not."""
+    if mm is not None and (mm.batched or mm.b_layout == "kn"):
+        return -1
+    return 1 if op_type == "Gemm" else 0
 
 
 def _read(kernels: Sequence[Kernel]) -> tuple[np.ndarray, list[str], list[str]]:

@@ -209,14 +209,22 @@ class TileTable:
         batched = layout == "nn"
         trees = [self.tree_for(arch, lay, what) for lay in set(layout.tolist())
                  for what in ("", SPLIT)]
-        up = _batch_rungs(batched, b, m, n, k, sms, _threshold(trees, GROWING_FEATURES, max))
+        top = _threshold(trees, GROWING_FEATURES, max)
+        up = _batch_rungs(batched, b, m, n, k, sms, top)
+        # A lone product in the batched layout (a Gemm whose B is stored k x n) grows along
+        # its rows when the model's batch grows: it ladders along both, so the candidates of
+        # twice the rows (or of a batch of two) are among its own.
+        up_m = np.where(batched & (b == 1),
+                        _batch_rungs(np.zeros_like(batched), b, m, n, k, sms, top), 0)
         down = _reduction_rungs(k, _threshold(trees, ("log2_k",), min))
-        rungs = sorted(((j, i) for j in range(int(up.max(initial=0)) + 1)
+        rungs = sorted(((j, jm, i) for j in range(int(up.max(initial=0)) + 1)
+                        for jm in range(int(up_m.max(initial=0)) + 1)
                         for i in range(int(down.max(initial=0)) + 1)),
-                       key=lambda r: (r[1] > 0, r))  # the batch ladder first
-        rows = [np.nonzero((up >= j) & (down >= i))[0] for j, i in rungs]
-        x = np.concatenate([_rung_features(batched[r], b[r], m[r], n[r], k[r], sms[r], j, i)
-                            for (j, i), r in zip(rungs, rows, strict=True)])
+                       key=lambda r: (r[2] > 0, r))  # the batch ladders first
+        rows = [np.nonzero((up >= j) & (up_m >= jm) & (down >= i))[0] for j, jm, i in rungs]
+        x = np.concatenate([_rung_features(batched[r], b[r], m[r] * 2.0**jm, n[r], k[r],
+                                           sms[r], j, i)
+                            for (j, jm, i), r in zip(rungs, rows, strict=True)])
         row = np.concatenate(rows)
         tile, split, tiles, splits = self._select_ids(arch, batched[row],
                                                       (layout == "tn")[row], x)

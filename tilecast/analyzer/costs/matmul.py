@@ -66,7 +66,8 @@ def gemm(node: NodeView) -> OpCost:
     n = b[0] if node.attr("transB", 0) else b[1]
     # The bias C costs one add per output; alpha/beta scaling rides in the same epilogue.
     bias_adds = m * n if has_input(node, 2) else 0
-    return matmul_cost(node, MatmulDims(1, m, n, k), extra_flops=bias_adds)
+    layout = None if node.attr("transA", 0) else ("nk" if node.attr("transB", 0) else "kn")
+    return matmul_cost(node, MatmulDims(1, m, n, k, b_layout=layout), extra_flops=bias_adds)
 
 
 def _swap_last(s: Shape, flag: int) -> Shape:
