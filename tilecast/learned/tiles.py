@@ -217,15 +217,9 @@ class TileTable:
         up_m = np.where(batched & (b == 1),
                         _batch_rungs(np.zeros_like(batched), b, m, n, k, sms, top), 0)
         down = _reduction_rungs(k, _threshold(trees, ("log2_k",), min))
-        rungs = sorted(((j, jm, i) for j in range(int(up.max(initial=0)) + 1)
-                        for jm in range(int(up_m.max(initial=0)) + 1)
-                        for i in range(int(down.max(initial=0)) + 1)),
-                       key=lambda r: (r[2] > 0, r))  # the batch ladders first
-        rows = [np.nonzero((up >= j) & (up_m >= jm) & (down >= i))[0] for j, jm, i in rungs]
-        x = np.concatenate([_rung_features(batched[r], b[r], m[r] * 2.0**jm, n[r], k[r],
-                                           sms[r], j, i)
-                            for (j, jm, i), r in zip(rungs, rows, strict=True)])
-        row = np.concatenate(rows)
+        row, j, jm, i = _rungs(up, up_m, down)
+        x = _rung_features(batched[row], b[row], m[row] * 2.0**jm, n[row], k[row], sms[row],
+                           j, i)
         tile, split, tiles, splits = self._select_ids(arch, batched[row],
                                                       (layout == "tn")[row], x)
         split_v = splits[split]
@@ -297,8 +291,23 @@ def filling_split(b: np.ndarray, m: np.ndarray, n: np.ndarray, k: np.ndarray, sm
     return np.clip(np.ceil(sms / tiles), 1.0, most)
 
 
+def _rungs(up: np.ndarray, up_m: np.ndarray, down: np.ndarray,
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(row, batch doublings, row doublings, reduction halvings) of every rung of every row,
+    rung by rung (the batch ladders first, then the reduction ladder), rows ascending within
+    a rung: so each row meets its own pick first."""
+    counts = (up + 1) * (up_m + 1) * (down + 1)
+    row = np.repeat(np.arange(len(up)), counts)
+    local = np.arange(int(counts.sum())) - np.repeat(np.cumsum(counts) - counts, counts)
+    n_i, n_m = (down + 1)[row], (up_m + 1)[row]
+    i, jm, j = local % n_i, (local // n_i) % n_m, local // (n_i * n_m)
+    order = np.lexsort((row, i, jm, j, i > 0))
+    return row[order], j[order], jm[order], i[order]
+
+
 def _rung_features(batched: np.ndarray, b: np.ndarray, m: np.ndarray, n: np.ndarray,
-                   k: np.ndarray, sms: np.ndarray, doublings: int, halvings: int) -> np.ndarray:
+                   k: np.ndarray, sms: np.ndarray, doublings: int | np.ndarray,
+                   halvings: int | np.ndarray) -> np.ndarray:
     """Tree inputs of the shapes with the batch dimension (a batched product's batch, a
     linear layer's rows) doubled and the reduction halved so many times."""
     up, down = 2.0**doublings, 2.0**halvings
