@@ -142,8 +142,9 @@ _MATH_HELP = ("Arithmetic: graph (the graph's dtypes; default), tf32 (fp32 matmu
               "costed).")
 _RUNTIME_HELP = ("eager (per-kernel host dispatch; default), cudagraph (torch.cuda.graphs "
                  "replay: no dispatch floor) or graph (XLA / TensorRT-style: no dispatch floor, "
-                 "BN folded into Conv, adds and ReLU / GELU in Conv and GEMM epilogues; add "
-                 "--fusion for their fusion of the other elementwise chains).")
+                 "BN folded into Conv, adds and ReLU / GELU in Conv and GEMM epilogues, eager "
+                 "attention as one fused attention kernel; add --fusion for their fusion of "
+                 "the other elementwise chains).")
 _DIM_HELP = "Bind a graph input dim (repeatable), e.g. --dim batch=8; every other dim is derived."
 model_options = _model_options(
     click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",

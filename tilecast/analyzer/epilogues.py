@@ -53,17 +53,17 @@ LIBRARIES = {"Conv": _Library(False, frozenset({"Relu"}), 1),
              "Gemm": _Library(True, frozenset({"Relu", "Gelu"}), -1)}
 
 
-def _costed(r: NodeResult, *op_types: str) -> bool:
+def costed(r: NodeResult, *op_types: str) -> bool:
     return r.node.op_type in op_types and not r.node.domain and r.outcome == "costed"
 
 
 def _activation(r: NodeResult, names: frozenset[str]) -> bool:
     """An activation the library takes: its ONNX op, or a decomposed chain fused into one
     kernel that computes it (``NodeResult.activation``: an exporter's erf or tanh GELU)."""
-    return _costed(r, *names) or (r.outcome == "costed" and r.activation in names)
+    return costed(r, *names) or (r.outcome == "costed" and r.activation in names)
 
 
-def _other(step: NodeResult, y: TensorInfo) -> TensorInfo | None:
+def other_operand(step: NodeResult, y: TensorInfo) -> TensorInfo | None:
     """The binary step's operand that is not ``y`` (None unless there is exactly one)."""
     ins = step.node.inputs
     others = [t for t in ins if t is not None and t.name != y.name]
@@ -72,7 +72,7 @@ def _other(step: NodeResult, y: TensorInfo) -> TensorInfo | None:
 
 def _scale(step: NodeResult, y: TensorInfo) -> bool:
     """Mul by, or Div (y / s) by, one constant value: cuBLAS's alpha."""
-    s = _other(step, y)
+    s = other_operand(step, y)
     if s is None or s.numel != 1 or not s.is_initializer:
         return False
     return step.node.op_type == "Mul" or step.node.inputs[0].name == y.name
@@ -82,7 +82,7 @@ def _operand(add: NodeResult, y: TensorInfo, lib: _Library, produced_at: dict[st
              at: int) -> TensorInfo | None:
     """The add's operand when the epilogue can read it: a tensor of the output's shape made
     before the library kernel runs (a residual), or one value per output channel (a bias)."""
-    z = _other(add, y)
+    z = other_operand(add, y)
     if z is None or not y.known or z.dtype != y.dtype or produced_at.get(z.name, -1) > at:
         return None  # a broadcast, a cast, or made after the kernel (it could not read it)
     channels = y.shape[lib.channel_axis] if len(y.shape) > 1 else 0
@@ -90,7 +90,7 @@ def _operand(add: NodeResult, y: TensorInfo, lib: _Library, produced_at: dict[st
     return z if same or (z.numel == channels and channels > 0) else None
 
 
-class _Readers:
+class SoleReaders:
     """Who reads each tensor (``analysis.readers_of``: graph outputs count as readers)."""
 
     def __init__(self, results: Sequence[NodeResult], graph_outputs: Iterable[str]) -> None:
@@ -115,7 +115,7 @@ class _Readers:
         return j, y
 
 
-def _chain(i: int, out: list[NodeResult], readers: _Readers, produced_at: dict[str, int],
+def _chain(i: int, out: list[NodeResult], readers: SoleReaders, produced_at: dict[str, int],
            ) -> tuple[list[int], list[int], TensorInfo, TensorInfo | None]:
     """(the nodes library kernel ``i`` can fuse, the views between them, the tensor it then
     writes, the add's operand it reads)."""
@@ -128,10 +128,10 @@ def _chain(i: int, out: list[NodeResult], readers: _Readers, produced_at: dict[s
         if j is None or not allowed:
             continue
         step, at = out[j], seen or y
-        if kind == "scale" and not (_costed(step, "Mul", "Div") and _scale(step, at)):
+        if kind == "scale" and not (costed(step, "Mul", "Div") and _scale(step, at)):
             continue
         if kind == "add":
-            operand = _operand(step, at, lib, produced_at, i) if _costed(step, "Add") else None
+            operand = _operand(step, at, lib, produced_at, i) if costed(step, "Add") else None
             if operand is None:
                 continue
         if kind == "act" and not _activation(step, lib.activations):
@@ -146,11 +146,11 @@ def fuse_epilogues(results: Sequence[NodeResult],
                    graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: a Conv or GEMM absorbs its epilogue (module
     docstring)."""
-    readers = _Readers(results, graph_outputs)
+    readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     out = list(results)
     for i, lib_node in enumerate(results):
-        if not _costed(lib_node, *LIBRARIES) or len(lib_node.node.outputs) != 1:
+        if not costed(lib_node, *LIBRARIES) or len(lib_node.node.outputs) != 1:
             continue
         chain, views, y, operand = _chain(i, out, readers, produced_at)
         if not chain:

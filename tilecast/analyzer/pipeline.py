@@ -13,6 +13,7 @@ from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
+from .attention_fusion import fuse_attention
 from .epilogues import fuse_epilogues
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, OpReason
@@ -126,7 +127,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
     if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
-        results = fuse_epilogues(fold_weight_casts(results), graph.outputs)
+        results = fuse_attention(fold_weight_casts(results), graph.outputs)
+        results = fuse_epilogues(results, graph.outputs)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)
     if mode == "training":

@@ -1,0 +1,104 @@
+"""Eager attention (MatMul, scale, mask, softmax, MatMul) runs as one fused attention kernel
+under the graph runtime (TensorRT's MHA fusion, ONNX Runtime's attention fusion,
+FlashAttention in the LLM engines); eager PyTorch, a CUDA-graph replay and training keep each
+op a kernel."""
+
+from __future__ import annotations
+
+import onnx.parser
+import pytest
+
+import tilecast
+from tilecast.analyzer.attention_fusion import FUSED_ATTENTION
+
+# B 2, H 4, S 8, D 16 in fp32: Q, K, V (2, 4, 8, 16), a padding mask (2, 1, 1, 8)
+HEAD = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v, float[2, 1, 1, 8] m)
+    => (float[2, 4, 8, 16] y) <float scale = {0.25}> {
+  kt = Transpose <perm = [0, 1, 3, 2]> (k)
+  s = MatMul(q, kt)
+"""
+PLAIN = HEAD + """  t = Mul(s, scale)
+  u = Add(t, m)
+  p = Softmax <axis = -1> (u)
+  y = MatMul(p, v)
+}"""
+# softmax in fp32 around a 16-bit graph, as Hugging Face's Llama writes it
+CASTS = HEAD + """  t = Mul(s, scale)
+  u = Add(t, m)
+  h = Cast <to = 1> (u)
+  p = Softmax <axis = -1> (h)
+  pc = Cast <to = 1> (p)
+  y = MatMul(pc, v)
+}"""
+# the probabilities are also a graph output: they must reach DRAM, so nothing fuses
+SHARED = PLAIN.replace("=> (float[2, 4, 8, 16] y)", "=> (float[2, 4, 8, 16] y, "
+                       "float[2, 4, 8, 8] p)")
+# softmax over the queries, not the keys: not attention
+AXIS2 = PLAIN.replace("Softmax <axis = -1>", "Softmax <axis = 2>")
+
+# scores = 8 heads x 8 x 8 = 512: QK^T 2*512*16, PV 2*512*16, softmax and mask 7 per score
+FLOPS = 2 * 512 * 16 * 2 + 7 * 512
+# Q, K, V 4,096 bytes each, the mask 64, the output 4,096; the scores stay on chip
+BYTES = 4 * 4096 + 64
+
+
+def _run(text: str, runtime: str = "graph", mode: str = "inference"):
+    return tilecast.analyze(onnx.parser.parse_model(text), "a100-sxm4-40gb",
+                            predictor="roofline", runtime=runtime, mode=mode)
+
+
+def _ops(f) -> list[str]:
+    return [k.kernel.op_type for k in f.kernels]
+
+
+def _fused(f) -> int:
+    return sum(z.count for z in f.zero_cost_reasons if z.reason == FUSED_ATTENTION)
+
+
+@pytest.mark.parametrize(("text", "members"), [(PLAIN, 4), (CASTS, 6)])
+def test_graph_runtime_runs_eager_attention_as_one_kernel(text: str, members: int) -> None:
+    f = _run(text)
+    assert "Softmax" not in _ops(f) and _ops(f).count("Attention") == 1
+    (att,) = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert att.cost.family == "attention"
+    assert (att.cost.flops, att.cost.bytes) == (FLOPS, BYTES)
+    mm = att.cost.matmul
+    assert (mm.b, mm.m, mm.n, mm.k) == (8, 8, 8, 16)
+    assert _fused(f) == members  # QK^T, scale, mask add, softmax (and the two casts)
+
+
+@pytest.mark.parametrize("runtime", ["eager", "cudagraph"])
+def test_pytorch_runtimes_keep_each_op(runtime: str) -> None:
+    f = _run(PLAIN, runtime=runtime)
+    assert "Softmax" in _ops(f) and "Attention" not in _ops(f) and _fused(f) == 0
+
+
+@pytest.mark.parametrize("text", [SHARED, AXIS2])
+def test_a_chain_that_is_not_attention_alone_stays_apart(text: str) -> None:
+    f = _run(text)
+    assert "Softmax" in _ops(f) and _fused(f) == 0
+
+
+def test_training_keeps_each_op() -> None:
+    # a trainable weight (a query projection) so that the step has something to train
+    weights = "<float scale = {0.25}, float[16, 16] w = {0.0}>"
+    text = (PLAIN.replace("<float scale = {0.25}>", weights)
+            .replace("  s = MatMul(q, kt)", "  qw = MatMul(q, w)\n  s = MatMul(qw, kt)"))
+    assert "Attention" in _ops(_run(text)) and "Softmax" in _ops(_run(text, mode="training"))
+
+
+def test_fused_attention_is_faster_than_its_ops_on_long_sequences() -> None:
+    # 16 heads of 64 over 2,048 tokens: the unfused chain writes and reads 268 MB of scores
+    text = (PLAIN.replace("[2, 4, 8, 16]", "[1, 16, 2048, 64]")
+            .replace("[2, 1, 1, 8]", "[1, 1, 1, 2048]"))
+    graph, eager = _run(text), _run(text, runtime="cudagraph")
+    assert graph.total_ms < 0.5 * eager.total_ms
+
+
+def test_the_report_names_the_fused_nodes() -> None:
+    from tilecast.report import render
+
+    text = render(_run(PLAIN), "table")
+    assert "in a fused attention kernel 4" in text

@@ -1,0 +1,146 @@
+"""Eager attention as one fused kernel under a graph runtime.
+
+An exporter without a fused attention op (``--attn eager``, most Hugging Face exports) writes
+attention as MatMul(Q, K^T) -> [scale] -> [mask add] -> [casts] -> Softmax -> [casts] ->
+MatMul(P, V). The graph runtimes tilecast models run that chain as one kernel that keeps the
+scores on chip: TensorRT fuses the MatMul-Softmax-MatMul pattern into one multi-head attention
+kernel (its developer guide, "Multi-Head Attention Fusion"), ONNX Runtime's transformer
+optimizer rewrites it into its Attention / MultiHeadAttention ops, and the LLM inference
+engines run FlashAttention. The chain then costs what a fused attention op costs
+(``costs/attention.py``): the two products and the softmax per score, reading Q, K, V and the
+mask once and writing the output once; the (B, H, Sq, Skv) scores never reach DRAM.
+
+Pattern, every intermediate read by the next step alone (reshape views between them passed
+through): a batched MatMul, then optionally a Mul or Div by one value, an Add of a mask (any
+broadcast), any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
+whose left operand is the probabilities. A Transpose that makes K^T for this MatMul alone
+joins too (the fused kernel reads K as it is). Every pair is counted: the mask is a tensor,
+so which pairs a causal mask hides is not known here (an exported ``is_causal`` op is).
+Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from .analysis import NodeResult
+from .costs.attention import MASK_FLOPS, SCORE_FLOPS
+from .epilogues import SoleReaders, costed, other_operand
+from .types import MatmulDims, OpCost, RowDims, TensorInfo
+
+FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
+
+
+@dataclass(frozen=True)
+class _Chain:
+    members: tuple[int, ...]  # nodes that become zero-cost (QK^T, scale, mask, casts, softmax)
+    views: tuple[int, ...]  # reshape views between them
+    pv: int  # the P @ V MatMul: it runs the fused kernel
+    q: TensorInfo
+    k: TensorInfo
+    mask: TensorInfo | None
+
+
+def _batched(r: NodeResult) -> bool:
+    return (costed(r, "MatMul") and r.cost.matmul is not None and r.cost.matmul.batched
+            and len(r.node.inputs) == 2 and all(t is not None and t.known for t in r.node.inputs))
+
+
+def _softmax_axis(r: NodeResult) -> int:
+    """Softmax's axis; before opset 13 the default 1 flattened everything after it."""
+    return r.node.attr("axis", -1 if r.node.opset >= 13 else 1)
+
+
+class _Walk:
+    """One pass down the chain from a tensor: the next sole reader past views."""
+
+    def __init__(self, out: list[NodeResult], readers: SoleReaders, y: TensorInfo) -> None:
+        self.out, self.readers, self.y = out, readers, y
+        self.members: list[int] = []
+        self.views: list[int] = []
+        self.next, seen = readers.through_views(y.name, out, self.views)
+        self.read = seen or y
+
+    def take(self) -> None:
+        j = self.next
+        self.members.append(j)
+        self.y = self.out[j].node.outputs[0]
+        self.next, seen = self.readers.through_views(self.y.name, self.out, self.views)
+        self.read = seen or self.y
+
+    def at(self, *op_types: str) -> bool:
+        return self.next is not None and costed(self.out[self.next], *op_types) \
+            and len(self.out[self.next].node.outputs) == 1
+
+
+def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
+           transposes: dict[str, int]) -> _Chain | None:
+    w = _Walk(out, readers, out[i].node.outputs[0])
+    w.members.append(i)
+    if w.at("Mul", "Div"):
+        s = other_operand(out[w.next], w.read)
+        if s is not None and s.numel == 1 and (out[w.next].node.op_type == "Mul"
+                                                or out[w.next].node.inputs[0].name == w.read.name):
+            w.take()
+    mask = None
+    if w.at("Add") and other_operand(out[w.next], w.read) is not None:
+        mask = other_operand(out[w.next], w.read)
+        w.take()
+    while w.at("Cast"):
+        w.take()
+    if not w.at("Softmax") or _softmax_axis(out[w.next]) not in (-1, len(w.read.shape) - 1):
+        return None
+    w.take()
+    while w.at("Cast"):
+        w.take()
+    pv = w.next
+    if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
+        return None
+    q, k = out[i].node.inputs
+    t = transposes.get(k.name)
+    if t is not None and readers.sole(k.name) == i:
+        w.members.append(t)
+        k = out[t].node.inputs[0]
+    return _Chain(tuple(w.members), tuple(w.views), w.next, q, k, mask)
+
+
+def _fused_cost(qk: MatmulDims, pv: NodeResult, c: _Chain) -> OpCost | None:
+    d = pv.cost.matmul
+    if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
+        return None  # not the same heads, queries and keys
+    scores = qk.b * qk.m * qk.n
+    per_score = SCORE_FLOPS + MASK_FLOPS * (c.mask is not None)
+    flops = 2 * scores * qk.k + 2 * scores * d.n + per_score * scores
+    v, o = pv.node.inputs[1], pv.node.outputs[0]
+    read = {t.name: t.nbytes for t in (c.q, c.k, v, c.mask) if t is not None}
+    return OpCost("attention", flops, sum(read.values()) + o.nbytes, c.q.dtype, unit="matrix",
+                  matmul=MatmulDims(qk.b, qk.m, qk.n, qk.k),
+                  rows=RowDims(qk.b * qk.m, qk.n), elements=qk.b * qk.m * d.n)
+
+
+def fuse_attention(results: Sequence[NodeResult],
+                   graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
+    """Inference under a graph runtime: each eager attention chain becomes one fused
+    attention kernel at its P @ V MatMul (module docstring)."""
+    readers = SoleReaders(results, graph_outputs)
+    transposes = {r.node.outputs[0].name: i for i, r in enumerate(results)
+                  if costed(r, "Transpose") and len(r.node.outputs) == 1}
+    out = list(results)
+    for i, r in enumerate(results):
+        if not _batched(r) or out[i] is not r:
+            continue
+        c = _chain(i, out, readers, transposes)
+        cost = _fused_cost(r.cost.matmul, out[c.pv], c) if c is not None else None
+        if cost is None:
+            continue
+        pv = out[c.pv]
+        ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask) if t is not None)
+        out[c.pv] = replace(pv, node=replace(pv.node, op_type="Attention", inputs=ins),
+                            cost=cost)
+        for j in c.members:
+            out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
+                                FUSED_ATTENTION)
+        for j in c.views:
+            out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
+    return tuple(out)
