@@ -13,8 +13,9 @@ mask once and writing the output once; the (B, H, Sq, Skv) scores never reach DR
 Pattern, every intermediate read by the next step alone (reshape views between them passed
 through): a batched MatMul, then optionally a Mul or Div by one value, an Add of a mask (any
 broadcast), any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
-whose left operand is the probabilities. A Transpose that makes K^T for this MatMul alone
-joins too (the fused kernel reads K as it is). Every pair is counted: the mask is a tensor,
+whose left operand is the probabilities. The transposes that lay out Q, K and V stay
+kernels (a fused op's export runs them too; a last-two swap is already folded into the GEMM,
+``views.py``). Every pair is counted: the mask is a tensor,
 so which pairs a causal mask hides is not known here (an exported ``is_causal`` op is).
 Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
 """
@@ -74,8 +75,7 @@ class _Walk:
             and len(self.out[self.next].node.outputs) == 1
 
 
-def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
-           transposes: dict[str, int]) -> _Chain | None:
+def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None:
     w = _Walk(out, readers, out[i].node.outputs[0])
     w.members.append(i)
     if w.at("Mul", "Div"):
@@ -98,10 +98,6 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
     q, k = out[i].node.inputs
-    t = transposes.get(k.name)
-    if t is not None and readers.sole(k.name) == i:
-        w.members.append(t)
-        k = out[t].node.inputs[0]
     return _Chain(tuple(w.members), tuple(w.views), w.next, q, k, mask)
 
 
@@ -124,13 +120,11 @@ def fuse_attention(results: Sequence[NodeResult],
     """Inference under a graph runtime: each eager attention chain becomes one fused
     attention kernel at its P @ V MatMul (module docstring)."""
     readers = SoleReaders(results, graph_outputs)
-    transposes = {r.node.outputs[0].name: i for i, r in enumerate(results)
-                  if costed(r, "Transpose") and len(r.node.outputs) == 1}
     out = list(results)
     for i, r in enumerate(results):
         if not _batched(r) or out[i] is not r:
             continue
-        c = _chain(i, out, readers, transposes)
+        c = _chain(i, out, readers)
         cost = _fused_cost(r.cost.matmul, out[c.pv], c) if c is not None else None
         if cost is None:
             continue
