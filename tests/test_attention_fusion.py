@@ -1,5 +1,5 @@
 """Eager attention (MatMul, scale, mask, softmax, MatMul) runs as one fused attention kernel
-under the graph runtime (TensorRT's MHA fusion, ONNX Runtime's attention fusion,
+under the graph runtime (TensorRT's fused attention, ONNX Runtime's attention fusion,
 FlashAttention in the LLM engines); eager PyTorch, a CUDA-graph replay and training keep each
 op a kernel."""
 

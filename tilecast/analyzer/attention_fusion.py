@@ -3,21 +3,24 @@
 An exporter without a fused attention op (``--attn eager``, most Hugging Face exports) writes
 attention as MatMul(Q, K^T) -> [scale] -> [mask add] -> [casts] -> Softmax -> [casts] ->
 MatMul(P, V). The graph runtimes tilecast models run that chain as one kernel that keeps the
-scores on chip: TensorRT fuses the MatMul-Softmax-MatMul pattern into one multi-head attention
-kernel (its developer guide, "Multi-Head Attention Fusion"), ONNX Runtime's transformer
-optimizer rewrites it into its Attention / MultiHeadAttention ops, and the LLM inference
-engines run FlashAttention. The chain then costs what a fused attention op costs
-(``costs/attention.py``): the two products and the softmax per score, reading Q, K, V and the
-mask once and writing the output once; the (B, H, Sq, Skv) scores never reach DRAM.
+scores on chip: TensorRT fuses an attention graph built of matrix-multiply and softmax layers,
+with a boolean or an add mask, into one kernel (its documentation, "Fused Attention",
+docs.nvidia.com/deeplearning/tensorrt/latest/inference-library/transformers-fused-attention.html;
+it asks for the scale on Q or K before the first product, which an exporter's scale on the
+scores may not meet), ONNX Runtime's transformer optimizer rewrites the chain into its
+Attention / MultiHeadAttention ops, and the LLM inference engines run FlashAttention. The
+chain then costs what a fused attention op costs (``costs/attention.py``): the two products
+and the softmax per score, reading Q, K, V and the mask once and writing the output once;
+the (B, H, Sq, Skv) scores never reach DRAM.
 
 Pattern, every intermediate read by the next step alone (reshape views between them passed
 through): a batched MatMul, then optionally a Mul or Div by one value, an Add of a mask (any
 broadcast), any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
-whose left operand is the probabilities. The transposes that lay out Q, K and V stay
-kernels (a fused op's export runs them too; a last-two swap is already folded into the GEMM,
-``views.py``). Every pair is counted: the mask is a tensor,
-so which pairs a causal mask hides is not known here (an exported ``is_causal`` op is).
-Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
+whose left operand is the probabilities. The transposes that lay out Q, K and V stay kernels
+(a fused op's export runs them too; a last-two swap is already folded into the GEMM,
+``views.py``). Every pair is counted: the mask is a tensor, so which pairs a causal mask
+hides is not known here (an exported ``is_causal`` op says). Inference only; eager PyTorch
+and a CUDA-graph replay run each op alone.
 """
 
 from __future__ import annotations
