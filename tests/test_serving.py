@@ -213,6 +213,33 @@ def test_a_fused_attention_graph_serves_as_its_eager_twin_decodes(kw):
     assert fused.prefill_ms < eager.prefill_ms
 
 
+def test_a_fused_residual_scales_with_the_gemm_output() -> None:
+    # A GEMM of 1,024 rows x 512 -> 512 in bf16 with its residual add fused (graph runtime):
+    # operands 2 (1024 x 512 + 512 x 512 + 1024 x 512) bytes, the residual 2 x 1024 x 512.
+    # On one row (a decode step) the operands scale with the operands, the residual with
+    # the output: 1/1024 of it, not the operands' ratio (which would keep 40 % of it).
+    from tilecast.analyzer.types import MatmulDims, OpCost
+    from tilecast.parallel.tensor import rescale_matmul
+
+    d, residual = MatmulDims(1, 1024, 512, 512), 2 * 1024 * 512
+    operands = 2 * (1024 * 512 + 512 * 512 + 1024 * 512)
+    c = OpCost("matmul", 2 * 1024 * 512 * 512, operands + residual, "bfloat16", "matrix",
+               matmul=d, epilogue_bytes=residual)
+    one = rescale_matmul(c, MatmulDims(1, 1, 512, 512))
+    assert one.epilogue_bytes == residual // 1024
+    assert one.bytes == operands * (512 + 512 * 512 + 512) // (2 * 1024 * 512 + 512 * 512) \
+        + residual // 1024
+
+
+def test_graph_serving_fuses_the_residual_adds_into_their_gemms(monkeypatch) -> None:
+    # The same forecast with the epilogue fusion turned off: both phases read the residuals
+    # back as adds of their own, so they take longer.
+    fused = analyze_serving(gpt2_like(**GPT), "h100", generate=8, runtime="graph")
+    monkeypatch.setattr("tilecast.serving.api.fuse_epilogues", lambda results, outputs: results)
+    apart = analyze_serving(gpt2_like(**GPT), "h100", generate=8, runtime="graph")
+    assert fused.prefill_ms < apart.prefill_ms and fused.tpot_ms < apart.tpot_ms
+
+
 @pytest.mark.parametrize("runtime", ["eager", "graph", "cudagraph"])
 def test_a_decode_steps_kernels_under_the_in_graph_floor_are_counted(monkeypatch, runtime):
     # The tiny decoder's decode step: every kernel a few kilobytes. With no DRAM latency for

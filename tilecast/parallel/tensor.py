@@ -109,9 +109,10 @@ def rescale_matmul(c: OpCost, d: MatmulDims) -> OpCost:
     fused epilogue's residual with its output."""
     old = c.matmul
     out = scaled_reads(c, d.b * d.m * d.n, max(old.b * old.m * old.n, 1) if old else 1)
+    # the operands' bytes scale with the operands, the residual with the output (scaled_reads)
+    operands = (c.bytes - c.epilogue_bytes) * _bytes(d) // max(_bytes(old), 1)
     return replace(out, matmul=d, flops=c.flops * _volume(d) // max(_volume(old), 1),
-                   bytes=c.bytes * _bytes(d) // max(_bytes(old), 1),
-                   elements=d.b * d.m * d.n)
+                   bytes=operands + out.epilogue_bytes, elements=d.b * d.m * d.n)
 
 
 def matmul_role(d: MatmulDims, fwd: MatmulDims) -> str:

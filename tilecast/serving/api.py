@@ -10,6 +10,7 @@ import onnx
 
 from ..analyzer.analysis import NodeResult
 from ..analyzer.attention_fusion import fuse_attention
+from ..analyzer.epilogues import fuse_epilogues
 from ..analyzer.forecast import below_graph_floor
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.native import select_backend
@@ -116,9 +117,11 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
     attention = tuple(b for b in s.blocks if b.kind == "attention" and b.core)
     _check(results, attention, s.lm_head, label)
-    # A graph runtime runs each eager attention chain as one fused kernel; the structure is
-    # recognized on the unfused nodes, and the fused kernel keeps the P @ V node's name.
-    costed = fuse_attention(results, graph.outputs) if runtime == "graph" else results
+    # A graph runtime runs each eager attention chain as one fused kernel and a GEMM's
+    # residual add and activation in its epilogue; the structure is recognized on the
+    # unfused nodes, and a fused kernel keeps its library node's name.
+    costed = (fuse_epilogues(fuse_attention(results, graph.outputs), graph.outputs)
+              if runtime == "graph" else results)
     kernels = select_backend(expand_steps(costed, group_kernels(graph, costed) if fusion
                                           else node_kernels(costed)), "graph", runtime)
     return _Decoder(label, results, s, attention, tuple(kernels),
