@@ -29,9 +29,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult
-from .costs.attention import MASK_FLOPS, SCORE_FLOPS
+from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost
 from .epilogues import SoleReaders, costed, other_operand
-from .types import MatmulDims, OpCost, RowDims, TensorInfo
+from .types import MatmulDims, NodeView, OpCost, TensorInfo
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
 
@@ -101,21 +101,19 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
     q, k = out[i].node.inputs
-    return _Chain(tuple(w.members), tuple(w.views), w.next, q, k, mask)
+    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, mask)
 
 
-def _fused_cost(qk: MatmulDims, pv: NodeResult, c: _Chain) -> OpCost | None:
+def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain) -> tuple[NodeView, OpCost] | None:
+    """The fused kernel's node (reading Q, K, V and the mask, writing the output) and the
+    fused attention op's cost of it; None unless both products share heads, queries, keys."""
     d = pv.cost.matmul
     if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
-        return None  # not the same heads, queries and keys
-    scores = qk.b * qk.m * qk.n
-    per_score = SCORE_FLOPS + MASK_FLOPS * (c.mask is not None)
-    flops = 2 * scores * qk.k + 2 * scores * d.n + per_score * scores
-    v, o = pv.node.inputs[1], pv.node.outputs[0]
-    read = {t.name: t.nbytes for t in (c.q, c.k, v, c.mask) if t is not None}
-    return OpCost("attention", flops, sum(read.values()) + o.nbytes, c.q.dtype, unit="matrix",
-                  matmul=MatmulDims(qk.b, qk.m, qk.n, qk.k),
-                  rows=RowDims(qk.b * qk.m, qk.n), elements=qk.b * qk.m * d.n)
+        return None
+    ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask) if t is not None)
+    node = replace(pv.node, op_type="Attention", inputs=ins)
+    heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n)
+    return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * (c.mask is not None), {})
 
 
 def fuse_attention(results: Sequence[NodeResult],
@@ -128,13 +126,10 @@ def fuse_attention(results: Sequence[NodeResult],
         if not _batched(r) or out[i] is not r:
             continue
         c = _chain(i, out, readers)
-        cost = _fused_cost(r.cost.matmul, out[c.pv], c) if c is not None else None
-        if cost is None:
+        fused = _fused(r.cost.matmul, out[c.pv], c) if c is not None else None
+        if fused is None:
             continue
-        pv = out[c.pv]
-        ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask) if t is not None)
-        out[c.pv] = replace(pv, node=replace(pv.node, op_type="Attention", inputs=ins),
-                            cost=cost)
+        out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])
         for j in c.members:
             out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
                                 FUSED_ATTENTION)
