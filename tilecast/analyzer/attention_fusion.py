@@ -18,18 +18,20 @@ through): a batched MatMul, then optionally a Mul or Div by one value, an Add of
 broadcast), any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
 whose left operand is the probabilities. The transposes that lay out Q, K and V stay kernels
 (a fused op's export runs them too; a last-two swap is already folded into the GEMM,
-``views.py``). Every pair is counted: the mask is a tensor, so which pairs a causal mask
-hides is not known here (an exported ``is_causal`` op says). Inference only; eager PyTorch
-and a CUDA-graph replay run each op alone.
+``views.py``). A mask the graph builds as a bottom-right aligned causal one (causal.py reads
+how it was built) limits the kernel to the visible pairs, as an exported ``is_causal`` op
+does; any other mask counts every pair. Inference only; eager PyTorch and a CUDA-graph
+replay run each op alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult
-from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost
+from .causal import CausalMask
+from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost, onnx_attention
 from .epilogues import SoleReaders, costed, other_operand
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
 
@@ -104,29 +106,51 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None
     return _Chain(tuple(w.members), tuple(w.views), pv, q, k, mask)
 
 
-def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain) -> tuple[NodeView, OpCost] | None:
+def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
+    """An ONNX Attention whose boolean or additive mask is built causal (an ``--attn sdpa``
+    export's mask) runs as its ``is_causal`` form: the visible pairs, the mask not read."""
+    mask = r.node.input(3) if costed(r, "Attention") and r.node.domain == "" else None
+    if mask is None or mask.shape is None or causal.get(mask.name) != CausalMask(0):
+        return r
+    node = replace(r.node, inputs=(*r.node.inputs[:3], None, *r.node.inputs[4:]),
+                   attrs={**r.node.attrs, "is_causal": 1})
+    c = onnx_attention(node)
+    if c.matmul is None or tuple(mask.shape[-2:]) != (c.matmul.m, c.matmul.n):
+        return r
+    return replace(r, node=node, cost=c)
+
+
+def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, CausalMask]
+           ) -> tuple[NodeView, OpCost] | None:
     """The fused kernel's node (reading Q, K, V and the mask, writing the output) and the
-    fused attention op's cost of it; None unless both products share heads, queries, keys."""
+    fused attention op's cost of it; None unless both products share heads, queries, keys.
+    A causal mask (causal.py) over these queries and keys: the visible pairs only, as an
+    ``is_causal`` kernel computes them; its bytes are not read (the kernel masks by index)."""
     d = pv.cost.matmul
     if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
         return None
-    ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask) if t is not None)
+    mask = causal.get(c.mask.name) if c.mask is not None and c.mask.shape is not None \
+        and tuple(c.mask.shape[-2:]) == (qk.m, qk.n) else None
+    ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask if mask is None else None)
+                if t is not None)
     node = replace(pv.node, op_type="Attention", inputs=ins)
-    heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n)
-    return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * (c.mask is not None), {})
+    heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
+                  window=mask.window if mask is not None else 0)
+    return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * (ins[-1] is c.mask), {})
 
 
-def fuse_attention(results: Sequence[NodeResult],
-                   graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
+def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] = (),
+                   causal: Mapping[str, CausalMask] | None = None) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: each eager attention chain becomes one fused
-    attention kernel at its P @ V MatMul (module docstring)."""
+    attention kernel at its P @ V MatMul (module docstring). ``causal``: the graph's causal
+    masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs."""
     readers = SoleReaders(results, graph_outputs)
-    out = list(results)
-    for i, r in enumerate(results):
+    out = [_causal_op(r, causal or {}) for r in results]
+    for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
         c = _chain(i, out, readers)
-        fused = _fused(r.cost.matmul, out[c.pv], c) if c is not None else None
+        fused = _fused(r.cost.matmul, out[c.pv], c, causal or {}) if c is not None else None
         if fused is None:
             continue
         out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])

@@ -20,6 +20,7 @@ from onnx import helper
 
 from ..errors import ModelLoadError, UnknownDimError
 from . import dim_exprs
+from .causal import CausalMask, causal_masks
 from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
@@ -40,6 +41,8 @@ class Graph:
     unbound_dims: Mapping[str, str] = field(default_factory=dict)  # tensor -> first dim name
     input_dims: tuple[str, ...] = ()  # the symbolic dims of the graph's inputs
     unbound_inputs: tuple[str, ...] = ()  # those the caller did not bind
+    # additive attention masks built as causal ones (causal.py): name -> window
+    causal_masks: Mapping[str, CausalMask] = field(default_factory=dict)
 
     def unbound_in(self, node: NodeView) -> list[tuple[str, str]]:
         """(tensor, dim name) pairs of the node's values whose shape holds an unbound dim."""
@@ -170,7 +173,8 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
     return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound,
-                 input_dims, tuple(d for d in input_dims if d not in dims))
+                 input_dims, tuple(d for d in input_dims if d not in dims),
+                 causal_masks(model, nodes))
 
 
 def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],

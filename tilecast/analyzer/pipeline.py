@@ -127,7 +127,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         results = fold_batchnorm(results, graph.outputs)
     results = apply_autocast(results, math)
     if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
-        results = fuse_attention(fold_weight_casts(results), graph.outputs)
+        results = fuse_attention(fold_weight_casts(results), graph.outputs,
+                                 graph.causal_masks)
         results = fuse_epilogues(results, graph.outputs)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)

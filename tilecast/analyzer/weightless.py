@@ -17,6 +17,13 @@ from google.protobuf.message import DecodeError
 # Tensors whose serialized form is larger than this are weights for tilecast's purpose: an int64
 # shape constant of 512 elements still fits (8 bytes each), a 32 x 32 float matrix does not.
 KEEP_BYTES = 4096
+# ... but integer index vectors are kept up to this size: a causal mask is built from two
+# position ranges (``arange(seq)``, 8 bytes per position) that decide which (query, key) pairs
+# a fused attention kernel computes (causal.py). Integer tensors are never float weights; an
+# int8 / uint8 quantized weight keeps the small limit.
+KEEP_INDEX_BYTES = 1 << 20
+INDEX_DTYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
+TENSOR_DATA_TYPE = 2  # TensorProto.data_type (varint)
 # TensorProto fields holding data: float_data, int32_data, string_data, int64_data, raw_data,
 # double_data, uint64_data (onnx.proto3 field numbers).
 TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
@@ -79,12 +86,13 @@ def _delimited(field: int, payload: bytes) -> bytes:
     return _encode_varint(field << 3 | LENGTH_DELIMITED) + _encode_varint(len(payload)) + payload
 
 
-def _rewrite(buf: memoryview, start: int, end: int, big: dict[int, object]) -> bytes:
-    """Copy a message, rewriting its large length-delimited fields listed in ``big``
-    (field number -> rewriter, or None to drop the field)."""
+def _rewrite(buf: memoryview, start: int, end: int, big: dict[int, object],
+             keep: int = KEEP_BYTES) -> bytes:
+    """Copy a message, rewriting its length-delimited fields listed in ``big`` that are longer
+    than ``keep`` bytes (field number -> rewriter, or None to drop the field)."""
     parts = []
     for field, wire, span, value, stop in _fields(buf, start, end):
-        if field in big and wire == LENGTH_DELIMITED and stop - value > KEEP_BYTES:
+        if field in big and wire == LENGTH_DELIMITED and stop - value > keep:
             fn = big[field]
             if fn is not None:
                 parts.append(_delimited(field, fn(buf, value, stop)))
@@ -94,7 +102,10 @@ def _rewrite(buf: memoryview, start: int, end: int, big: dict[int, object]) -> b
 
 
 def _tensor(buf: memoryview, start: int, end: int) -> bytes:
-    return _rewrite(buf, start, end, dict.fromkeys(TENSOR_DATA_FIELDS))
+    index = any(f == TENSOR_DATA_TYPE and wire == 0 and _varint(buf, v, stop)[0] in INDEX_DTYPES
+                for f, wire, _, v, stop in _fields(buf, start, end))
+    return _rewrite(buf, start, end, dict.fromkeys(TENSOR_DATA_FIELDS),
+                    KEEP_INDEX_BYTES if index else KEEP_BYTES)
 
 
 def _attribute(buf: memoryview, start: int, end: int) -> bytes:

@@ -1,0 +1,149 @@
+"""A mask the graph builds as a causal one limits a fused attention kernel to the visible
+pairs (analyzer/causal.py): an eager attention chain under the graph runtime and an ONNX
+Attention op with such a mask cost what an ``is_causal`` kernel costs; any other mask, and
+the PyTorch runtimes, count every pair."""
+
+from __future__ import annotations
+
+import onnx
+import onnx.parser
+import pytest
+
+import tilecast
+from tilecast.analyzer.causal import CausalMask, causal_masks
+from tilecast.analyzer.graph import build_graph, load_model
+
+RAMP_Q = "int64[1, 1, 8, 1] qi = {0, 1, 2, 3, 4, 5, 6, 7}"
+RAMP_KV = "int64[1, 1, 1, 8] ki = {0, 1, 2, 3, 4, 5, 6, 7}"
+# Hugging Face's eager mask: visible = (kv <= q) & (zeros == zeros); 0 there, fp32 min else
+HF_MASK = """  le = LessOrEqual(ki, qi)
+  eq = Equal(z0, z1)
+  vis = And(le, eq)
+  m = Where(vis, zero, low)
+"""
+
+
+def _model(mask: str, inits: str = f"{RAMP_Q}, {RAMP_KV}") -> str:
+    # B 2, H 4, S 8, D 16 fp32 (as tests/test_attention_fusion.py): Q K^T, scale, mask, P V
+    return f"""
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v) => (float[2, 4, 8, 16] y)
+  <{inits}, int64[1, 1, 8, 1] z0 = {{0, 0, 0, 0, 0, 0, 0, 0}},
+   int64[1, 1, 1, 8] z1 = {{0, 0, 0, 0, 0, 0, 0, 0}}, float zero = {{0.0}},
+   float low = {{-3.4e38}}, float scale = {{0.25}}, int64 three = {{3}}> {{
+{mask}  kt = Transpose <perm = [0, 1, 3, 2]> (k)
+  s = MatMul(q, kt)
+  t = Mul(s, scale)
+  u = Add(t, m)
+  p = Softmax <axis = -1> (u)
+  y = MatMul(p, v)
+}}"""
+
+
+def _attention(text: str, runtime: str = "graph"):
+    f = tilecast.analyze(onnx.parser.parse_model(text), "a100-sxm4-40gb", predictor="roofline",
+                         runtime=runtime)
+    return [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
+
+
+def _masks(text: str) -> dict[str, CausalMask]:
+    m = load_model(onnx.parser.parse_model(text))
+    return causal_masks(m, build_graph(m).nodes)
+
+
+# 8 (batch x heads) x visible pairs; QK^T and PV 2 * 16 FLOPs each per pair, the softmax 6
+# (the mask is not read: the kernel masks by index, as an is_causal kernel does)
+def _flops(pairs: int) -> int:
+    return 8 * pairs * (2 * 16 * 2 + 6)
+
+
+ALL_PAIRS = 8 * 64 * (2 * 16 * 2 + 7)  # every pair of 8 x 8, the mask added to each (7 per score)
+CAUSAL = 8 * 9 // 2  # query i sees keys 0..i: 36 of 64
+# the same mask from Range ops: arange(8) unsqueezed onto the query and the key axes
+RANGE_MASK = """  r = Range(r0, r8, r1)
+  qa = Unsqueeze(r, ax_q)
+  ka = Unsqueeze(r, ax_kv)
+""" + HF_MASK.replace("(ki, qi)", "(ka, qa)")
+RANGE_INITS = ("int64 r0 = {0}, int64 r8 = {8}, int64 r1 = {1}, "
+               "int64[3] ax_q = {0, 1, 3}, int64[3] ax_kv = {0, 1, 2}")
+# a sliding window of 3 keys: also kv > q - 3; query i sees min(i + 1, 3) keys: 1 + 2 + 3 * 6
+WINDOW_MASK = """  qm = Sub(qi, three)
+  gt = Greater(ki, qm)
+  le = LessOrEqual(ki, qi)
+  vis = And(le, gt)
+  m = Where(vis, zero, low)
+"""
+
+
+@pytest.mark.parametrize(("mask", "inits", "pairs"), [
+    (HF_MASK, f"{RAMP_Q}, {RAMP_KV}", CAUSAL),
+    (RANGE_MASK, RANGE_INITS, CAUSAL),
+    (HF_MASK.replace("LessOrEqual(ki, qi)", "GreaterOrEqual(qi, ki)"),
+     f"{RAMP_Q}, {RAMP_KV}", CAUSAL),  # q >= kv: the same band written the other way
+    (WINDOW_MASK, f"{RAMP_Q}, {RAMP_KV}", 1 + 2 + 3 * 6),
+])
+def test_a_causal_mask_limits_the_fused_kernel_to_the_visible_pairs(mask: str, inits: str,
+                                                                   pairs: int) -> None:
+    (att,) = _attention(_model(mask, inits))
+    assert att.cost.flops == _flops(pairs)
+    assert att.cost.bytes == 4 * 4096  # Q, K, V and Y: the mask's bytes are not read
+
+
+@pytest.mark.parametrize("mask", [
+    HF_MASK.replace("LessOrEqual(ki, qi)", "GreaterOrEqual(ki, qi)"),  # keys after the query
+    HF_MASK.replace("LessOrEqual", "Less"),  # the diagonal hidden: not is_causal's alignment
+    HF_MASK.replace("Where(vis, zero, low)", "Where(vis, zero, lowish)"),  # nothing hidden
+    HF_MASK.replace("Where(vis, zero, low)", "Where(vis, low, zero)"),  # the band hidden
+])
+def test_any_other_mask_counts_every_pair(mask: str) -> None:
+    text = _model(mask, f"{RAMP_Q}, {RAMP_KV}, float lowish = {{-1.0}}")
+    assert "m" not in _masks(text)
+    (att,) = _attention(text)
+    assert att.cost.flops == ALL_PAIRS
+
+
+def test_a_ramp_with_batch_copies_is_still_a_ramp() -> None:
+    # Hugging Face's index tensors carry the batch: (4, 1, 8, 1) holds arange(8) four times
+    q4 = "int64[4, 1, 8, 1] qi = {" + ", ".join(["0, 1, 2, 3, 4, 5, 6, 7"] * 4) + "}"
+    masks = _masks(_model(HF_MASK, f"{q4}, {RAMP_KV}"))
+    assert masks["m"] == masks["vis"] == CausalMask(0)  # the additive mask and its boolean
+
+
+@pytest.mark.parametrize("runtime", ["eager", "cudagraph"])
+def test_pytorch_runtimes_run_the_ops_as_written(runtime: str) -> None:
+    assert _attention(_model(HF_MASK), runtime) == []  # no fusion, so every pair (MatMul)
+
+
+# an --attn sdpa export: ONNX Attention (opset 23) with the boolean causal mask as input 3
+SDPA = f"""
+<ir_version: 10, opset_import: ["" : 23]>
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v) => (float[2, 4, 8, 16] y)
+  <{RAMP_Q}, {RAMP_KV}> {{
+  vis = LessOrEqual(ki, qi)
+  y = Attention(q, k, v, vis)
+}}"""
+
+
+@pytest.mark.parametrize(("runtime", "flops"), [
+    ("graph", _flops(CAUSAL)),  # the graph runtime's kernel skips the hidden pairs
+    ("eager", ALL_PAIRS),  # PyTorch's SDPA with an explicit mask computes every pair
+])
+def test_an_attention_op_with_a_causal_mask(runtime: str, flops: int) -> None:
+    (att,) = _attention(SDPA, runtime)
+    assert att.cost.flops == flops
+
+
+def test_the_weightless_reader_keeps_position_vectors_and_drops_weights() -> None:
+    # 2,048 int64 positions are 16 kB (over the 4 kB weight limit): kept, a causal mask of a
+    # 2,048-token prompt is read from them; a float or int8 tensor of that size is dropped
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from tilecast.analyzer.weightless import has_data
+
+    tensors = [numpy_helper.from_array(np.arange(2048, dtype=np.int64), "pos"),
+               numpy_helper.from_array(np.zeros(4096, np.float32), "w"),
+               numpy_helper.from_array(np.zeros(16384, np.int8), "q")]
+    g = helper.make_graph([], "g", [], [], initializer=tensors)
+    kept = {t.name: has_data(t) for t in load_model(helper.make_model(g)).graph.initializer}
+    assert kept == {"pos": True, "w": False, "q": False}
