@@ -120,9 +120,10 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     # A graph runtime runs each eager attention chain as one fused kernel and a GEMM's
     # residual add and activation in its epilogue; the structure is recognized on the
     # unfused nodes, and a fused kernel keeps its library node's name.
-    fused = fuse_attention(results, graph.outputs, graph.causal_masks) \
-        if runtime == "graph" else results
-    costed = fuse_epilogues(fused, graph.outputs) if runtime == "graph" else results
+    costed = results
+    if runtime == "graph":
+        costed = fuse_epilogues(fuse_attention(results, graph.outputs, graph.causal_masks),
+                                graph.outputs)
     kernels = select_backend(expand_steps(costed, group_kernels(graph, costed) if fusion
                                           else node_kernels(costed)), "graph", runtime)
     return _Decoder(label, results, s, attention, tuple(kernels),
