@@ -10,11 +10,13 @@ A graph runtime that fuses the attention chain (attention_fusion.py) runs it as 
 FlashAttention-style kernel and skips the hidden tiles, as an exported ``is_causal`` op does.
 The mask itself is one (Sq, Skv) tensor whose values tilecast does not hold, so this module
 reads what it is from how it was built: every value derived from constants gets an abstract
-value (a uniform constant, a position ramp along one axis, a band of visible key - query
-offsets, an additive band mask) and every other value stays unknown. Only a band that is
-exactly bottom-right aligned (query i sees keys up to i + Skv - Sq, the ``is_causal``
-convention of ``costs/attention.causal_pairs``), optionally with a lower edge (a sliding
-window), counts as causal; anything else is counted as every pair, as before.
+value (a splat or an affine index grid, index_values.py; a band of visible key - query
+offsets; an additive band mask) and every other value stays unknown. Newer transformers
+build the same mask vmap-style: the position ids gathered (GatherND) at stacked (batch,
+index) grids, and'ed with a packed-sequence check that is all True for one sequence per row.
+Only a band that is exactly bottom-right aligned (query i sees keys up to i + Skv - Sq, the
+``is_causal`` convention of ``costs/attention.causal_pairs``), optionally with a lower edge
+(a sliding window), counts as causal; anything else is counted as every pair, as before.
 """
 
 from __future__ import annotations
@@ -22,31 +24,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import onnx
-from onnx import numpy_helper
 
+from .index_values import INDEX_RULES, Uniform, as_affine, constant, linear
 from .types import NodeView
-from .weightless import has_data
 
 HIDDEN_BELOW = -1.0e4  # a score plus this is exp() == 0 in fp16/bf16/fp32 softmax
-RAMP_ELEMENTS = 1 << 20  # a ramp is a position vector; larger constants are not read
-
-
-@dataclass(frozen=True)
-class Uniform:
-    """Every element equals ``value`` (a splat constant)."""
-
-    value: float
-
-
-@dataclass(frozen=True)
-class Ramp:
-    """Positions ``start, start + 1, ...`` along ``axis`` (counted from the end), broadcast
-    along every other axis."""
-
-    start: int
-    axis: int
 
 
 @dataclass(frozen=True)
@@ -65,9 +48,6 @@ class BandMask:
     band: Band
 
 
-Value = Uniform | Ramp | Band | BandMask
-
-
 @dataclass(frozen=True)
 class CausalMask:
     """A bottom-right aligned causal mask; ``window`` > 0: each query sees window + 1 keys."""
@@ -75,90 +55,46 @@ class CausalMask:
     window: int = 0
 
 
-def _constant(t: onnx.TensorProto) -> Value | None:
-    if not has_data(t) or int(np.prod(t.dims)) > RAMP_ELEMENTS:
-        return None
-    try:
-        a = numpy_helper.to_array(t)
-    except (ValueError, TypeError):
-        return None
-    if a.size == 0:
-        return None
-    flat = a.reshape(-1)
-    if np.all(flat == flat[0]):
-        return Uniform(float(flat[0]))
-    if not np.issubdtype(a.dtype, np.integer):
-        return None
-    for axis in (i for i, d in enumerate(a.shape) if d > 1):  # copies along the other axes
-        steps = np.arange(a.shape[axis]).reshape([-1 if i == axis else 1 for i in range(a.ndim)])
-        if np.array_equal(a, flat[0] + np.broadcast_to(steps, a.shape)):
-            return Ramp(int(flat[0]), axis - a.ndim)
-    return None
+Rule = Callable[[NodeView, Sequence[object]], object]
 
 
-def _ramp_view(x: Ramp, ins: tuple[int, ...] | None, out: tuple[int, ...] | None
-               ) -> Ramp | None:
-    """A ramp through a view: its axis (from the end) holds while the dims from it to the
-    end are unchanged; a vector's one wide dim may move (Unsqueeze of ``arange(S)``)."""
-    if ins is None or out is None:
-        return None
-    if len(ins) >= -x.axis and len(out) >= -x.axis and ins[x.axis:] == out[x.axis:]:
-        return x
-    wide_in, wide_out = [d for d in ins if d > 1], [i for i, d in enumerate(out) if d > 1]
-    if len(wide_in) == 1 and len(wide_out) == 1 and out[wide_out[0]] == wide_in[0]:
-        return Ramp(x.start, wide_out[0] - len(out))
-    return None
+def _band_view(rule: Rule) -> Rule:
+    """A view or broadcast keeps a band while the last two dims stay the same."""
 
-
-def _view(node: NodeView, args: Sequence[Value | None]) -> Value | None:
-    """Reshape, Unsqueeze, Expand, Cast, Squeeze: values kept, a ramp's axis read again."""
-    x = args[0]
-    if isinstance(x, Ramp):
-        return _ramp_view(x, node.inputs[0].shape, node.outputs[0].shape)
-    if isinstance(x, Band | BandMask):
+    def wrapped(node: NodeView, args: Sequence[object]) -> object:
+        x = args[0]
+        if not isinstance(x, Band | BandMask):
+            return rule(node, args)
         ins, out = node.inputs[0].shape, node.outputs[0].shape
         return x if ins is not None and out is not None and len(ins) >= 2 \
             and tuple(ins[-2:]) == tuple(out[-2:]) else None
-    return x
+
+    return wrapped
 
 
-def _shift(sign: int) -> Callable[[NodeView, Sequence[Value | None]], Value | None]:
-    """Add (sign 1) or Sub (sign -1) of a ramp and an integer splat."""
+def _compare(swap: bool, strict: bool) -> Rule:
+    """x <= y (LessOrEqual), x < y, x >= y, x > y of two grids, written as a - b <= c with
+    (a, b) = (x, y) or (y, x) and c = 0 or -1 (integers): a band when a - b is
+    offset +- (key - query), keys on the last axis and queries on the one before."""
 
-    def rule(node: NodeView, args: Sequence[Value | None]) -> Value | None:
-        a, b = args[0], args[1]
-        if isinstance(a, Ramp) and isinstance(b, Uniform) and float(b.value).is_integer():
-            return Ramp(a.start + sign * int(b.value), a.axis)
-        if sign == 1 and isinstance(b, Ramp) and isinstance(a, Uniform) \
-                and float(a.value).is_integer():
-            return Ramp(b.start + int(a.value), b.axis)
-        if isinstance(a, Uniform) and isinstance(b, Uniform):
-            return Uniform(a.value + sign * b.value)
-        return None
-
-    return rule
-
-
-def _compare(swap: bool, strict: bool) -> Callable[[NodeView, Sequence[Value | None]],
-                                                   Value | None]:
-    """x <= y (LessOrEqual), x < y, x >= y, x > y on a key ramp and a query ramp, written
-    as a - b <= c with (a, b) = (x, y) or (y, x) and c = 0 or -1 (integers)."""
-
-    def rule(node: NodeView, args: Sequence[Value | None]) -> Value | None:
+    def rule(node: NodeView, args: Sequence[object]) -> object:
         a, b = (args[1], args[0]) if swap else (args[0], args[1])
-        if not (isinstance(a, Ramp) and isinstance(b, Ramp)):
+        d = linear(-1)(node, [a, b])
+        out = node.outputs[0].shape
+        d = as_affine(d, len(out)) if out is not None and len(out) >= 2 else None
+        if d is None or any(d.coefs[:-2]):
             return None
         c = -1 if strict else 0
-        if (a.axis, b.axis) == (-1, -2):  # key - query <= c + b.start - a.start
-            return Band(None, c + b.start - a.start)
-        if (a.axis, b.axis) == (-2, -1):  # query - key <= c', i.e. key - query >= -c'
-            return Band(-(c + b.start - a.start), None)
+        if d.coefs[-2:] == (-1, 1):  # key - query <= c - offset
+            return Band(None, c - d.offset)
+        if d.coefs[-2:] == (1, -1):  # query - key <= c - offset: key - query >= offset - c
+            return Band(d.offset - c, None)
         return None
 
     return rule
 
 
-def _and(node: NodeView, args: Sequence[Value | None]) -> Value | None:
+def _and(node: NodeView, args: Sequence[object]) -> object:
     a, b = args[0], args[1]
     if isinstance(a, Uniform) and a.value:
         return b
@@ -171,50 +107,36 @@ def _and(node: NodeView, args: Sequence[Value | None]) -> Value | None:
     return None
 
 
-def _equal(node: NodeView, args: Sequence[Value | None]) -> Value | None:
-    a, b = args[0], args[1]
-    return Uniform(float(a.value == b.value)) if isinstance(a, Uniform) and \
-        isinstance(b, Uniform) else None
-
-
-def _where(node: NodeView, args: Sequence[Value | None]) -> Value | None:
+def _where(node: NodeView, args: Sequence[object]) -> object:
     cond, x, y = args[0], args[1], args[2]
     if not (isinstance(cond, Band) and isinstance(x, Uniform) and isinstance(y, Uniform)):
         return None
     return BandMask(cond) if x.value == 0 and y.value <= HIDDEN_BELOW else None
 
 
-def _range(node: NodeView, args: Sequence[Value | None]) -> Value | None:
-    start, delta = args[0], args[2]
-    if isinstance(start, Uniform) and isinstance(delta, Uniform) and delta.value == 1 \
-            and float(start.value).is_integer():
-        return Ramp(int(start.value), -1)
-    return None
-
-
-RULES: Mapping[str, Callable[[NodeView, Sequence[Value | None]], Value | None]] = {
-    **dict.fromkeys(("Reshape", "Unsqueeze", "Squeeze", "Expand", "Cast", "Identity"), _view),
-    "Add": _shift(1), "Sub": _shift(-1), "Range": _range, "And": _and, "Equal": _equal,
-    "Where": _where,
+RULES: Mapping[str, Rule] = {
+    **{op: _band_view(r) if op in ("Reshape", "Unsqueeze", "Squeeze", "Expand", "Cast",
+                                   "Identity") else r for op, r in INDEX_RULES.items()},
+    "And": _and, "Where": _where,
     "LessOrEqual": _compare(False, False), "Less": _compare(False, True),
     "GreaterOrEqual": _compare(True, False), "Greater": _compare(True, True),
 }
 
 
-def _attr_constant(node: onnx.NodeProto) -> Value | None:
+def _attr_constant(node: onnx.NodeProto) -> object:
     """A Constant's ``value`` or ConstantOfShape's splat."""
     for a in node.attribute:
         if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-            v = _constant(a.t)
+            v = constant(a.t)
             return v if node.op_type == "Constant" or isinstance(v, Uniform) else None
     return Uniform(0.0) if node.op_type == "ConstantOfShape" else None
 
 
-def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, Value]:
+def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, object]:
     """Every value derived from constants alone that one of the abstract forms describes."""
-    values: dict[str, Value] = {}
+    values: dict[str, object] = {}
     for t in model.graph.initializer:
-        v = _constant(t)
+        v = constant(t)
         if v is not None:
             values[t.name] = v
     for proto, node in zip(model.graph.node, nodes, strict=True):
