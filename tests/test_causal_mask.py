@@ -23,11 +23,12 @@ HF_MASK = """  le = LessOrEqual(ki, qi)
 """
 
 
-def _model(mask: str, inits: str = f"{RAMP_Q}, {RAMP_KV}") -> str:
+def _model(mask: str, inits: str = f"{RAMP_Q}, {RAMP_KV}", inputs: str = "") -> str:
     # B 2, H 4, S 8, D 16 fp32 (as tests/test_attention_fusion.py): Q K^T, scale, mask, P V
     return f"""
 <ir_version: 8, opset_import: ["" : 17]>
-g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v) => (float[2, 4, 8, 16] y)
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v{inputs})
+  => (float[2, 4, 8, 16] y)
   <{inits}, int64[1, 1, 8, 1] z0 = {{0, 0, 0, 0, 0, 0, 0, 0}},
    int64[1, 1, 1, 8] z1 = {{0, 0, 0, 0, 0, 0, 0, 0}}, float zero = {{0.0}},
    float low = {{-3.4e38}}, float scale = {{0.25}}, int64 three = {{3}}> {{
@@ -133,6 +134,15 @@ def test_an_attention_op_with_a_causal_mask(runtime: str, flops: int) -> None:
     assert att.cost.flops == flops
 
 
+def test_an_attention_op_with_a_sliding_window_mask() -> None:
+    # the window mask above as the op's boolean mask: query i sees min(i + 1, 3) keys
+    text = SDPA.replace("  vis = LessOrEqual(ki, qi)\n", WINDOW_MASK.replace(
+        "  m = Where(vis, zero, low)\n", ""))
+    text = text.replace(f"{RAMP_KV}>", f"{RAMP_KV}, int64 three = {{3}}>")
+    (att,) = _attention(text)
+    assert att.cost.flops == _flops(1 + 2 + 3 * 6)
+
+
 def test_the_weightless_reader_keeps_position_vectors_and_drops_weights() -> None:
     # 2,048 int64 positions are 16 kB (over the 4 kB weight limit): kept, a causal mask of a
     # 2,048-token prompt is read from them; a float or int8 tensor of that size is dropped
@@ -147,3 +157,71 @@ def test_the_weightless_reader_keeps_position_vectors_and_drops_weights() -> Non
     g = helper.make_graph([], "g", [], [], initializer=tensors)
     kept = {t.name: has_data(t) for t in load_model(helper.make_model(g)).graph.initializer}
     assert kept == {"pos": True, "w": False, "q": False}
+
+
+# a padding mask from the graph's attention_mask and'ed with the band, or filled into the
+# additive band mask (transformers' two ways): at most the band is visible, so a kernel that
+# skips what is outside it computes the band's pairs whatever the padding holds
+PAD = "  le = LessOrEqual(ki, qi)\n  pad = Unsqueeze(am, ax)\n"
+
+
+@pytest.mark.parametrize(("mask", "pairs"), [
+    ("  vis = And(le, pad)\n  m = Where(vis, zero, low)\n", CAUSAL),
+    ("  vis = And(pad, le)\n  m = Where(vis, zero, low)\n", CAUSAL),  # either operand order
+    ("  band = Where(le, zero, low)\n  off = Not(pad)\n  m = Where(off, low, band)\n", CAUSAL),
+    ("  vis = Or(le, pad)\n  m = Where(vis, zero, low)\n", None),  # Or may show any pair
+    ("  band = Where(le, zero, low)\n  m = Where(pad, zero, band)\n", None),  # shows padding
+])
+def test_a_band_and_ed_with_a_padding_mask_is_at_most_the_band(mask: str,
+                                                               pairs: int | None) -> None:
+    text = _model(PAD + mask, f"{RAMP_Q}, {RAMP_KV}, int64[2] ax = {{1, 2}}", ", bool[2, 8] am")
+    (att,) = _attention(text)
+    assert att.cost.flops == (ALL_PAIRS if pairs is None else _flops(pairs))
+
+
+# a decoder with 4 cached positions: the queries sit at positions past .. past + 7, past read
+# from the cache input's shape; query i sees the 4 cached keys and the new ones up to it
+WITH_PAST = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 4, 8, 16] q, float[2, 4, 4, 16] past, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v,
+   float[2, 4, 4, 16] pv) => (float[2, 4, 8, 16] y)
+  <int64[1, 1, 1, 12] ki = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}, int64 two = {2},
+   int64 eight = {8}, int64 one = {1}, int64[3] ax = {0, 1, 3}, float zero = {0.0},
+   float low = {-3.4e38}, float scale = {0.25}> {
+  shp = Shape(past)
+  p0 = Gather(shp, two)
+  p1 = Add(p0, eight)
+  r = Range(p0, p1, one)
+  qi = Unsqueeze(r, ax)
+  le = LessOrEqual(ki, qi)
+  m = Where(le, zero, low)
+  kc = Concat <axis = 2> (past, k)
+  vc = Concat <axis = 2> (pv, v)
+  kt = Transpose <perm = [0, 1, 3, 2]> (kc)
+  s = MatMul(q, kt)
+  t = Mul(s, scale)
+  u = Add(t, m)
+  pr = Softmax <axis = -1> (u)
+  y = MatMul(pr, vc)
+}"""
+
+
+def test_a_mask_over_cached_keys_is_causal_bottom_right() -> None:
+    (att,) = _attention(WITH_PAST)
+    assert _masks(WITH_PAST)["m"] == CausalMask(0)
+    assert att.cost.flops == 8 * sum(4 + i + 1 for i in range(8)) * (2 * 16 * 2 + 6)
+
+
+def test_a_causal_kernel_says_so_in_every_output() -> None:
+    from tilecast.report import render_table
+
+    f = tilecast.analyze(onnx.parser.parse_model(SDPA), "a100-sxm4-40gb", predictor="roofline",
+                         runtime="graph")
+    (k,) = [k for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert k.to_dict()["matmul"] == {"b": 8, "m": 8, "n": 8, "k": 16, "causal": True}
+    back = tilecast.Forecast.from_json(f.to_json(), device=f.device)
+    assert [x.kernel.cost.matmul for x in back.kernels] == [k.kernel.cost.matmul]
+    assert "B8 M8 N8 K16 causal" in render_table(f)
+    eager = tilecast.analyze(onnx.parser.parse_model(SDPA), "a100-sxm4-40gb",
+                             predictor="roofline")  # every pair: no label, no JSON key
+    assert eager.kernels[0].to_dict()["matmul"] == {"b": 8, "m": 8, "n": 8, "k": 16}

@@ -66,6 +66,20 @@ def test_decode_step_forecasts_faster_than_prefill(name):
     assert ms(1, 127) < ms(128, 0)
 
 
+# batch 2, 4 heads of 16 (hidden 64), 16 new tokens: each (batch, head) sees 16 * 17 / 2 = 136
+# pairs, with 16 cached positions 16 * 16 + 136 = 392; 2 * 16 * 2 + 6 FLOPs per pair
+@pytest.mark.parametrize(("name", "pairs"), [
+    ("gpt2_legacy", 136), ("llama_legacy", 136), ("llama_dynamo", 136),
+    ("gpt2_with_past", 392), ("llama_with_past", 392)])
+def test_graph_runtime_reads_each_exporters_causal_mask(name, pairs):
+    # the mask is the band and'ed with the attention_mask input's padding: the fused kernel
+    # computes the band's pairs, as an is_causal kernel does (analyzer/causal.py)
+    f = tilecast.analyze(corpus.build(name), "a100-sxm4-80gb", dims=corpus.dims_of(name),
+                         runtime="graph", predictor="roofline")
+    flops = [k.kernel.cost.flops for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert flops == [2 * 4 * pairs * (2 * 16 * 2 + 6)] * 2  # one per layer
+
+
 SAME_MODEL = {
     "bert": ("bert_legacy", "bert_dynamo", "bert_tilecast", "bert_ort_opt", "bert_ort_fp16",
              "bert_qdynamic", "bert_ort_qdynamic"),

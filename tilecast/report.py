@@ -45,7 +45,7 @@ def _dims(k: KernelForecast) -> str:
     c = k.kernel.cost
     if c.matmul is not None:
         m = c.matmul
-        return f"B{m.b} M{m.m} N{m.n} K{m.k}"
+        return f"B{m.b} M{m.m} N{m.n} K{m.k}" + (" causal" if m.causal else "")
     if c.rows is not None:
         return f"{c.rows.rows}x{c.rows.cols}"
     return f"{human(c.elements)} el" if c.elements else ""
@@ -172,11 +172,11 @@ def render_table(f: Forecast, top: int = 10) -> str:
     for fam, ms in f.by_family.items():
         out.append(f"{fam:<14}{ms:>12.3f}{ms / total:>8.1%}")
     out += ["", f"top {top} kernels",
-            f"{'kernel':<34}{'op_type':<18}{'dims':<26}{'FLOPs':>10}{'bytes':>10}"
+            f"{'kernel':<34}{'op_type':<18}{'dims':<30}{'FLOPs':>10}{'bytes':>10}"
             f"{'ms':>10}  {'bound':<9}tile"]
     for k in f.top(top):
         name = k.kernel.name if len(k.kernel.name) <= 33 else k.kernel.name[:30] + "..."
-        out.append(f"{name:<34}{k.kernel.op_type[:17]:<18}{_dims(k)[:25]:<26}"
+        out.append(f"{name:<34}{k.kernel.op_type[:17]:<18}{_dims(k)[:29]:<30}"
                    f"{human(k.kernel.flops):>10}{human(k.kernel.bytes, 'B'):>10}"
                    f"{k.latency_ms:>10.4f}  {k.bound:<9}{k.tile or '-'}{_flag(k)}")
     out += [""] + _unsupported_lines(f) + _zero_cost_lines(f)

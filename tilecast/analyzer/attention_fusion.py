@@ -108,13 +108,15 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None
 
 def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     """An ONNX Attention whose boolean or additive mask is built causal (an ``--attn sdpa``
-    export's mask) runs as its ``is_causal`` form: the visible pairs, the mask not read."""
+    export's mask) runs as its ``is_causal`` form: the visible pairs (within a sliding
+    window, if the mask has one), the mask not read."""
     mask = r.node.input(3) if costed(r, "Attention") and r.node.domain == "" else None
-    if mask is None or mask.shape is None or causal.get(mask.name) != CausalMask(0):
+    found = causal.get(mask.name) if mask is not None and mask.shape is not None else None
+    if found is None:
         return r
     node = replace(r.node, inputs=(*r.node.inputs[:3], None, *r.node.inputs[4:]),
                    attrs={**r.node.attrs, "is_causal": 1})
-    c = onnx_attention(node)
+    c = onnx_attention(node, found.window)
     if c.matmul is None or tuple(mask.shape[-2:]) != (c.matmul.m, c.matmul.n):
         return r
     return replace(r, node=node, cost=c)

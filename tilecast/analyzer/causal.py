@@ -14,6 +14,10 @@ value (a splat or an affine index grid, index_values.py; a band of visible key -
 offsets; an additive band mask) and every other value stays unknown. Newer transformers
 build the same mask vmap-style: the position ids gathered (GatherND) at stacked (batch,
 index) grids, and'ed with a packed-sequence check that is all True for one sequence per row.
+A band and'ed with what tilecast cannot read (the padding of an ``attention_mask`` input) is
+at most the band: a kernel that skips what lies outside it is right whatever the padding
+holds, so it counts as the band. Shapes of inputs whose dims are bound are read too (a
+cache's length sets where the queries' positions start).
 Only a band that is exactly bottom-right aligned (query i sees keys up to i + Skv - Sq, the
 ``is_causal`` convention of ``costs/attention.causal_pairs``), optionally with a lower edge
 (a sliding window), counts as causal; anything else is counted as every pair, as before.
@@ -22,11 +26,11 @@ Only a band that is exactly bottom-right aligned (query i sees keys up to i + Sk
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import onnx
 
-from .index_values import INDEX_RULES, Uniform, as_affine, constant, linear
+from .index_values import INDEX_RULES, SHAPE_ONLY, Uniform, as_affine, constant, linear
 from .types import NodeView
 
 HIDDEN_BELOW = -1.0e4  # a score plus this is exp() == 0 in fp16/bf16/fp32 softmax
@@ -35,10 +39,12 @@ HIDDEN_BELOW = -1.0e4  # a score plus this is exp() == 0 in fp16/bf16/fp32 softm
 @dataclass(frozen=True)
 class Band:
     """Boolean: True where ``lo <= key - query <= hi`` (None: unbounded) over the last two
-    axes (queries on -2, keys on -1)."""
+    axes (queries on -2, keys on -1). Not ``exact``: True at most there (the band and'ed
+    with a value tilecast does not know, such as a padding mask from ``attention_mask``)."""
 
     lo: int | None
     hi: int | None
+    exact: bool = True
 
 
 @dataclass(frozen=True)
@@ -95,6 +101,9 @@ def _compare(swap: bool, strict: bool) -> Rule:
 
 
 def _and(node: NodeView, args: Sequence[object]) -> object:
+    """And of two bands is their intersection; of a band and anything else (a padding mask
+    read from the inputs) at most the band: a kernel skipping what is outside it is right
+    whatever the other operand holds."""
     a, b = args[0], args[1]
     if isinstance(a, Uniform) and a.value:
         return b
@@ -103,17 +112,30 @@ def _and(node: NodeView, args: Sequence[object]) -> object:
     if isinstance(a, Band) and isinstance(b, Band):
         lo = [v for v in (a.lo, b.lo) if v is not None]
         hi = [v for v in (a.hi, b.hi) if v is not None]
-        return Band(max(lo) if lo else None, min(hi) if hi else None)
-    return None
+        return Band(max(lo) if lo else None, min(hi) if hi else None, a.exact and b.exact)
+    band = a if isinstance(a, Band) else b if isinstance(b, Band) else None
+    return replace(band, exact=False) if band is not None and not isinstance(
+        a if band is b else b, Uniform) else None
+
+
+def _hidden(v: object) -> bool:
+    return isinstance(v, Uniform) and v.value <= HIDDEN_BELOW
 
 
 def _where(node: NodeView, args: Sequence[object]) -> object:
+    """Where(band, 0, very negative) is an additive band mask; Where(anything, very
+    negative, band mask) (a padding mask filled in) hides at least what the band hides."""
     cond, x, y = args[0], args[1], args[2]
-    if not (isinstance(cond, Band) and isinstance(x, Uniform) and isinstance(y, Uniform)):
-        return None
-    return BandMask(cond) if x.value == 0 and y.value <= HIDDEN_BELOW else None
+    if isinstance(cond, Band) and isinstance(x, Uniform) and x.value == 0 and _hidden(y):
+        return BandMask(cond)
+    if _hidden(x) and isinstance(y, BandMask):
+        return BandMask(replace(y.band, exact=False))
+    return None
 
 
+# ops whose rule reads any known operand; the others need their first (a view's shape or
+# axes operand may be anything)
+ANY_OPERAND = frozenset({"And", "Where"})
 RULES: Mapping[str, Rule] = {
     **{op: _band_view(r) if op in ("Reshape", "Unsqueeze", "Squeeze", "Expand", "Cast",
                                    "Identity") else r for op, r in INDEX_RULES.items()},
@@ -132,6 +154,12 @@ def _attr_constant(node: onnx.NodeProto) -> object:
     return Uniform(0.0) if node.op_type == "ConstantOfShape" else None
 
 
+def _ready(proto: onnx.NodeProto, values: Mapping[str, object]) -> bool:
+    if not proto.input or proto.op_type in SHAPE_ONLY:
+        return bool(proto.input)
+    return any(n in values for n in proto.input[:None if proto.op_type in ANY_OPERAND else 1])
+
+
 def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, object]:
     """Every value derived from constants alone that one of the abstract forms describes."""
     values: dict[str, object] = {}
@@ -142,8 +170,7 @@ def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[s
     for proto, node in zip(model.graph.node, nodes, strict=True):
         if proto.op_type in ("Constant", "ConstantOfShape") and proto.domain in ("", "ai.onnx"):
             v = _attr_constant(proto)
-        elif proto.op_type in RULES and proto.domain in ("", "ai.onnx") and proto.input and \
-                proto.input[0] in values:  # a view's shape / axes operand may be anything
+        elif proto.op_type in RULES and proto.domain in ("", "ai.onnx") and _ready(proto, values):
             v = RULES[proto.op_type](node, [*(values.get(n) for n in proto.input), None, None])
         else:
             continue

@@ -87,7 +87,8 @@ class KernelForecast:
             "band": None if self.band is None else [_r(x) for x in self.band],
             "misaligned": misaligned_gemm(k), "estimated": c.estimated,
             "matmul": None if c.matmul is None else
-            {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k},
+            {"b": c.matmul.b, "m": c.matmul.m, "n": c.matmul.n, "k": c.matmul.k,
+             **({"causal": True} if c.matmul.causal else {})},
             # A broadcast operand's extra reads, beyond ``bytes`` (costs/broadcast.py): how much
             # of them the GPU's L2 serves is the predictor's part of the latency.
             "reread": None if c.reread is None else
@@ -104,8 +105,10 @@ class KernelForecast:
         name = _field(data, "name", str, where)
         mm = data.get("matmul")
         if mm is not None and not (isinstance(mm, Mapping) and all(
-                isinstance(mm.get(d), int) for d in "bmnk")):
-            raise ConfigError(f"{where}: field 'matmul' must be null or {{b, m, n, k}} ints")
+                isinstance(mm.get(d), int) for d in "bmnk")
+                and isinstance(mm.get("causal", False), bool)):
+            raise ConfigError(f"{where}: field 'matmul' must be null or {{b, m, n, k}} ints "
+                              "(and an optional causal bool)")
         rr = data.get("reread")
         fields = ("bytes", "slice_bytes", "operand_bytes")
         if rr is not None and not (isinstance(rr, Mapping) and all(
@@ -116,7 +119,8 @@ class KernelForecast:
                       flops=_field(data, "flops", int, where),
                       bytes=_field(data, "bytes", int, where),
                       dtype=str(data.get("dtype", "unknown")),
-                      matmul=None if mm is None else MatmulDims(mm["b"], mm["m"], mm["n"], mm["k"]),
+                      matmul=None if mm is None else MatmulDims(
+                          mm["b"], mm["m"], mm["n"], mm["k"], causal=mm.get("causal", False)),
                       estimated=bool(data.get("estimated", False)),
                       reread=None if rr is None else BroadcastReread(*(rr[f] for f in fields)))
         kernel = Kernel(name, tuple(str(n) for n in data.get("nodes", (name,))),
@@ -345,6 +349,7 @@ class Forecast:
             mm = r.pop("matmul") or {}
             for d in "bmnk":
                 r[f"matmul_{d}"] = mm.get(d)
+            r["matmul_causal"] = mm.get("causal", False) if mm else None
         return pd.DataFrame(rows)
 
 

@@ -21,6 +21,7 @@ from .types import NodeView
 from .weightless import has_data
 
 GRID_ELEMENTS = 1 << 20  # a grid initializer is a position vector; larger constants are not read
+VECTOR_ELEMENTS = 64  # a shape has one element per dim
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,14 @@ class Stack:
     parts: tuple[Uniform | Affine, ...]
 
 
-Index = Uniform | Affine | Stack
+@dataclass(frozen=True)
+class Vector:
+    """A short 1-D integer constant that is neither a splat nor a grid: a shape."""
+
+    values: tuple[int, ...]
+
+
+Index = Uniform | Affine | Stack | Vector
 Rule = Callable[[NodeView, Sequence[object]], object]
 
 
@@ -84,6 +92,13 @@ def constant(t: onnx.TensorProto) -> Uniform | Affine | None:
         return Uniform(float(flat[0]))
     if not np.issubdtype(a.dtype, np.integer):
         return None
+    return _grid_or_vector(a)
+
+
+def _grid_or_vector(a: np.ndarray) -> Uniform | Affine | Vector | None:
+    flat = a.reshape(-1)
+    if np.all(flat == flat[0]):
+        return Uniform(float(flat[0]))
     base = int(flat[0])
     coefs = [int(a[tuple(int(i == ax) for i in range(a.ndim))]) - base if d > 1 else 0
              for ax, d in enumerate(a.shape)]
@@ -91,7 +106,10 @@ def constant(t: onnx.TensorProto) -> Uniform | Affine | None:
     for ax, c in enumerate(coefs):
         grid = grid + c * np.arange(a.shape[ax]).reshape([-1 if i == ax else 1
                                                          for i in range(a.ndim)])
-    return make(base, coefs, a.shape) if np.array_equal(a, grid) else None
+    if np.array_equal(a, grid):
+        return make(base, coefs, a.shape)
+    return Vector(tuple(int(x) for x in flat)) if a.ndim == 1 and a.size <= VECTOR_ELEMENTS \
+        else None
 
 
 def _shapes(node: NodeView) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
@@ -169,7 +187,7 @@ def _scalar(v: object) -> int | None:
 def cumsum(node: NodeView, args: Sequence[object]) -> object:
     """CumSum of an integer splat c along one axis: c * (i + 1), or c * i when exclusive."""
     c, axis, out = _scalar(args[0]), _scalar(args[1]), node.outputs[0].shape
-    if c is None or axis is None or out is None or (c and node.attr("reverse", 0)):
+    if c is None or axis is None or not out or (c and node.attr("reverse", 0)):
         return None
     coefs = [0] * len(out)
     coefs[axis % len(out)] = c
@@ -181,6 +199,8 @@ def transpose(node: NodeView, args: Sequence[object]) -> object:
     if not isinstance(x, Affine):
         return x if isinstance(x, Uniform) else None
     perm = node.attr("perm") or list(reversed(range(len(x.coefs))))
+    if sorted(perm) != list(range(len(x.coefs))):
+        return None
     return make(x.offset, [x.coefs[p] for p in perm], node.outputs[0].shape)
 
 
@@ -189,7 +209,7 @@ def slice_(node: NodeView, args: Sequence[object]) -> object:
     x, ins = args[0], _shapes(node)[0]
     if isinstance(x, Uniform):
         return x
-    if ins is None or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
+    if not ins or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
         return None  # several axes at once
     start = _scalar(args[1])
     axis = _scalar(args[3]) if node.input(3) is not None else 0  # absent: the defaults
@@ -209,7 +229,8 @@ def concat(node: NodeView, args: Sequence[object]) -> object:
     """Pieces that continue one grid along the axis; else, along the last axis, size-1
     pieces stacked as index components (``Stack``)."""
     out = node.outputs[0].shape
-    if out is None or any(t is None or t.shape is None for t in node.inputs):
+    if not out or any(t is None or t.shape is None or len(t.shape) != len(out)
+                      for t in node.inputs):
         return None
     axis = int(node.attr("axis", 0)) % len(out)
     pieces = [as_affine(v, len(out)) for v in args[:len(node.inputs)]]
@@ -248,6 +269,8 @@ def gather_nd(node: NodeView, args: Sequence[object]) -> object:
     if not isinstance(data, Affine) or parts is None:
         return None
     lead = len(out) - (len(ins) - len(parts))
+    if lead < 0 or len(parts) > len(ins):
+        return None
     offset, coefs = data.offset, [0] * lead
     for c, part in zip(data.coefs, parts, strict=False):
         p = as_affine(part, lead)
@@ -265,10 +288,38 @@ def _components(idx: object, shape: Sequence[int] | None) -> tuple[object, ...] 
         return None
     if isinstance(idx, Uniform):
         return (idx,) * shape[-1]
-    if isinstance(idx, Affine):
+    if isinstance(idx, Affine) and shape[-1] <= len(idx.coefs):  # k <= the data's rank
         return tuple(make(idx.offset + idx.coefs[-1] * j, idx.coefs[:-1], shape[:-1])
                      for j in range(shape[-1]))
     return None
+
+
+def shape(node: NodeView, args: Sequence[object]) -> object:
+    """Shape of a value whose dims are all bound (start / end attributes as ONNX's)."""
+    dims = node.inputs[0].shape if node.inputs and node.inputs[0] is not None else None
+    if dims is None or not all(isinstance(d, int) for d in dims):
+        return None
+    picked = dims[node.attr("start", 0):node.attr("end", len(dims))]
+    return _grid_or_vector(np.array(picked, dtype=np.int64)) if picked else None
+
+
+def gather(node: NodeView, args: Sequence[object]) -> object:
+    """Gather of one element along an axis (a scalar index): a shape's dim, a grid's slice."""
+    data, i = args[0], _scalar(args[1])
+    idx = node.input(1)
+    if isinstance(data, Uniform) or i is None or idx is None or idx.shape != ():
+        return data if isinstance(data, Uniform) and i is not None else None
+    axis = int(node.attr("axis", 0))
+    if isinstance(data, Vector) and axis in (0, -1):
+        return Uniform(float(data.values[i])) if -len(data.values) <= i < len(data.values) \
+            else None
+    ins = _shapes(node)[0]
+    if not isinstance(data, Affine) or not ins or not -len(ins) <= axis < len(ins):
+        return None
+    axis %= len(ins)
+    i = i + ins[axis] if i < 0 else i
+    coefs = [c for ax, c in enumerate(data.coefs) if ax != axis]
+    return make(data.offset + data.coefs[axis] * i, coefs, node.outputs[0].shape)
 
 
 def range_(node: NodeView, args: Sequence[object]) -> object:
@@ -281,5 +332,6 @@ INDEX_RULES: Mapping[str, Rule] = {
     **dict.fromkeys(("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"), view),
     "Expand": expand, "Add": linear(1), "Sub": linear(-1), "Equal": equal,
     "Not": logical_not, "CumSum": cumsum, "Transpose": transpose, "Slice": slice_,
-    "Concat": concat, "GatherND": gather_nd, "Range": range_,
+    "Concat": concat, "GatherND": gather_nd, "Range": range_, "Shape": shape, "Gather": gather,
 }
+SHAPE_ONLY = frozenset({"Shape"})  # rules that read no operand's value

@@ -116,6 +116,9 @@ class MatmulDims:
     # transB=1, a linear layer's weight: "tn"); None where the graph does not say which ran
     # (a MatMul with a constant B may be nn.Linear with its transpose folded at export).
     b_layout: str | None = None
+    # An attention product over a causal band's (m, n) pairs only (costs/attention.Heads):
+    # the kernel's FLOPs count those pairs, not m x n.
+    causal: bool = False
 
 
 @dataclass(frozen=True)

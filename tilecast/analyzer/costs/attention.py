@@ -79,7 +79,7 @@ def attention_cost(node: NodeView, h: Heads, per_score: int, outputs: dict[int, 
                   for i, t in enumerate(node.outputs) if t.name)
     return OpCost("attention", flops, unique_bytes(node, ins) + written + extra_bytes,
                   node.inputs[0].dtype, unit="matrix",
-                  matmul=MatmulDims(h.b * h.hq, h.sq, h.skv, h.d),
+                  matmul=MatmulDims(h.b * h.hq, h.sq, h.skv, h.d, causal=h.causal),
                   rows=RowDims(h.b * h.hq * h.sq, h.skv), elements=h.b * h.hq * h.sq * h.dv)
 
 
@@ -95,9 +95,11 @@ def _heads_attr(node: NodeView, key: str) -> int:
 
 
 @cost("Attention", since=23)
-def onnx_attention(node: NodeView) -> OpCost:
+def onnx_attention(node: NodeView, window: int = 0) -> OpCost:
     """Q, K, V 4-D (B, H, S, D) or 3-D (B, S, H * D) with q_num_heads / kv_num_heads;
-    past_key (B, Hkv, P, D) makes Skv = P + new keys; is_causal is bottom-right aligned."""
+    past_key (B, Hkv, P, D) makes Skv = P + new keys; is_causal is bottom-right aligned.
+    ``window`` > 0 (a sliding-window mask read from the graph, attention_fusion.py): each
+    query sees at most window + 1 keys."""
     q, k, v = in_shape(node, 0), in_shape(node, 1), in_shape(node, 2)
     if len(q) == 4:
         b, hq, sq, d, hkv, skv, dv = *q, k[1], k[2], v[3]
@@ -105,7 +107,8 @@ def onnx_attention(node: NodeView) -> OpCost:
         hq, hkv = _heads_attr(node, "q_num_heads"), _heads_attr(node, "kv_num_heads")
         b, sq, d, skv, dv = q[0], q[1], q[2] // hq, k[1], v[2] // hkv
     past = in_shape(node, 4)[2] if has_input(node, 4) else 0
-    h = Heads(b, hq, hkv, sq, past + skv, d, dv, causal=bool(node.attr("is_causal", 0)))
+    h = Heads(b, hq, hkv, sq, past + skv, d, dv, causal=bool(node.attr("is_causal", 0)),
+              window=window)
     y, pk, pv = h.out_bytes(node.inputs[0].itemsize)
     return attention_cost(node, h, _per_score(node, (3,)), {0: y, 1: pk, 2: pv})
 
