@@ -103,6 +103,27 @@ def test_any_other_mask_counts_every_pair(mask: str) -> None:
     assert att.cost.flops == ALL_PAIRS
 
 
+# masks from Trilu over constant splats: PyTorch's square subsequent mask (triu of -inf above
+# the diagonal), a boolean tril, and a tril of ones compared with 0 selecting -inf
+FULL = "  full = ConstantOfShape <value = float[1] {-3.4e38}> (s88)\n"
+ONES = "  ones = ConstantOfShape <value = float[1] {1.0}> (s88)\n"
+TRILU_INITS = f"{RAMP_Q}, {RAMP_KV}, int64[2] s88 = {{8, 8}}, int64 one = {{1}}"
+
+
+@pytest.mark.parametrize(("mask", "pairs"), [
+    (FULL + "  m = Trilu <upper = 1> (full, one)\n", CAUSAL),
+    ("  yes = ConstantOfShape <value = bool[1] {1}> (s88)\n  vis = Trilu <upper = 0> (yes)\n"
+     "  m = Where(vis, zero, low)\n", CAUSAL),
+    (ONES + "  tri = Trilu <upper = 0> (ones)\n  hid = Equal(tri, zero)\n"
+     "  m = Where(hid, low, zero)\n", CAUSAL),
+    (FULL + "  m = Trilu <upper = 1> (full)\n", None),  # the diagonal hidden too
+    (FULL + "  m = Trilu <upper = 0> (full, one)\n", None),  # the past hidden
+])
+def test_a_trilu_mask(mask: str, pairs: int | None) -> None:
+    (att,) = _attention(_model(mask, TRILU_INITS))
+    assert att.cost.flops == (ALL_PAIRS if pairs is None else _flops(pairs))
+
+
 def test_a_ramp_with_batch_copies_is_still_a_ramp() -> None:
     # Hugging Face's index tensors carry the batch: (4, 1, 8, 1) holds arange(8) four times
     q4 = "int64[4, 1, 8, 1] qi = {" + ", ".join(["0, 1, 2, 3, 4, 5, 6, 7"] * 4) + "}"

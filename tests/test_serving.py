@@ -203,14 +203,15 @@ def test_longer_contexts_cost_more_on_the_learned_predictor():
 def test_a_fused_attention_graph_serves_as_its_eager_twin_decodes(kw):
     # The same decoder with each attention core one causal Attention node (an SDPA export):
     # decode steps replace either core by the same fused decode kernel, so they, the cache
-    # and the weights agree; the prefill runs one fused kernel per core, no scores in DRAM.
+    # and the weights agree; the prefill runs one fused kernel per core either way (the
+    # graph runtime fuses the eager chain and reads its Trilu mask as causal, causal.py).
     size = dict(layers=2, hidden=512, heads=8, seq=512, batch=4, vocab=8000)
     eager, fused = (analyze_serving(gpt2_like(**size, fused_attention=f), "h100", generate=64,
                                     runtime="graph", **kw) for f in (False, True))
     assert fused.tpot_ms == pytest.approx(eager.tpot_ms)
     assert (fused.kv_cache_bytes, fused.weights_bytes) == (eager.kv_cache_bytes,
                                                            eager.weights_bytes)
-    assert fused.prefill_ms < eager.prefill_ms
+    assert fused.prefill_ms == pytest.approx(eager.prefill_ms)
 
 
 def test_a_fused_residual_scales_with_the_gemm_output() -> None:

@@ -28,12 +28,22 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
 import onnx
+from onnx import numpy_helper
 
-from .index_values import INDEX_RULES, SHAPE_ONLY, Uniform, as_affine, constant, linear
+from .band_values import HIDDEN_BELOW, band_of, decode
+from .index_values import (
+    GRID_ELEMENTS,
+    INDEX_RULES,
+    SHAPE_ONLY,
+    Uniform,
+    as_affine,
+    constant,
+    linear,
+)
 from .types import NodeView
-
-HIDDEN_BELOW = -1.0e4  # a score plus this is exp() == 0 in fp16/bf16/fp32 softmax
+from .weightless import has_data
 
 
 @dataclass(frozen=True)
@@ -122,15 +132,60 @@ def _hidden(v: object) -> bool:
     return isinstance(v, Uniform) and v.value <= HIDDEN_BELOW
 
 
+def _complement(b: Band) -> Band | None:
+    """Where an exact one-sided band is False: the other side of its edge."""
+    if not b.exact or (b.lo is None) == (b.hi is None):
+        return None
+    return Band(b.hi + 1, None) if b.lo is None else Band(None, b.lo - 1)
+
+
+def _zero(v: object) -> bool:
+    return isinstance(v, Uniform) and v.value == 0
+
+
 def _where(node: NodeView, args: Sequence[object]) -> object:
-    """Where(band, 0, very negative) is an additive band mask; Where(anything, very
+    """Where(band, 0, very negative) is an additive band mask, and so is Where(band, very
+    negative, 0) of a one-sided band (masked_fill of the hidden side); Where(anything, very
     negative, band mask) (a padding mask filled in) hides at least what the band hides."""
     cond, x, y = args[0], args[1], args[2]
-    if isinstance(cond, Band) and isinstance(x, Uniform) and x.value == 0 and _hidden(y):
+    if isinstance(cond, Band) and _zero(x) and _hidden(y):
         return BandMask(cond)
+    if isinstance(cond, Band) and _hidden(x) and _zero(y):
+        visible = _complement(cond)
+        return BandMask(visible) if visible is not None else None
     if _hidden(x) and isinstance(y, BandMask):
         return BandMask(replace(y.band, exact=False))
     return None
+
+
+def _not(node: NodeView, args: Sequence[object]) -> object:
+    x = args[0]
+    return _complement(x) if isinstance(x, Band) else INDEX_RULES["Not"](node, args)
+
+
+def _equal(node: NodeView, args: Sequence[object]) -> object:
+    """A band compared with 1 is itself, with 0 its complement (``mask == 0`` of a tril of
+    ones); anything else as the index rule reads it."""
+    a, b = args[0], args[1]
+    band, other = (a, b) if isinstance(a, Band) else (b, a)
+    if isinstance(band, Band) and isinstance(other, Uniform) and other.value in (0, 1):
+        return band if other.value == 1 else _complement(band)
+    return INDEX_RULES["Equal"](node, args)
+
+
+def _trilu(node: NodeView, args: Sequence[object]) -> object:
+    """Trilu of a splat over (query, key): triu keeps key - query >= k, tril key - query <= k
+    (zeros elsewhere). Of True, that is the band; of a very negative value, an additive mask
+    hiding it (``torch.triu(torch.full((S, S), -inf), 1)``, PyTorch's square subsequent mask)."""
+    x, k = args[0], Uniform(0.0) if node.input(1) is None else args[1]
+    k = int(k.value) if isinstance(k, Uniform) and float(k.value).is_integer() else None
+    if not isinstance(x, Uniform) or k is None:
+        return None
+    kept = Band(k, None) if node.attr("upper", 1) else Band(None, k)
+    if _hidden(x):
+        visible = _complement(kept)
+        return BandMask(visible) if visible is not None else None
+    return kept if x.value == 1 else None
 
 
 # ops whose rule reads any known operand; the others need their first (a view's shape or
@@ -139,17 +194,42 @@ ANY_OPERAND = frozenset({"And", "Where"})
 RULES: Mapping[str, Rule] = {
     **{op: _band_view(r) if op in ("Reshape", "Unsqueeze", "Squeeze", "Expand", "Cast",
                                    "Identity") else r for op, r in INDEX_RULES.items()},
-    "And": _and, "Where": _where,
+    "And": _and, "Where": _where, "Not": _not, "Trilu": _trilu,
+    "Equal": _equal,
     "LessOrEqual": _compare(False, False), "Less": _compare(False, True),
     "GreaterOrEqual": _compare(True, False), "Greater": _compare(True, True),
 }
+
+
+def _tensor(t: onnx.TensorProto) -> object:
+    """A constant's abstract value: a splat or grid, or the band mask the weightless reader
+    found in its values (band_values.py)."""
+    v = constant(t)
+    if v is not None:
+        return v
+    b = band_of(_floats(t)) if has_data(t) else decode(t.doc_string) if t.doc_string else None
+    if b is None:
+        return None
+    band = Band(b.lo, b.hi)
+    return BandMask(band) if b.additive else band
+
+
+def _floats(t: onnx.TensorProto) -> np.ndarray:
+    """A small kept tensor's values, bfloat16 and other dtypes numpy lacks as float32."""
+    try:
+        if int(np.prod(t.dims)) > GRID_ELEMENTS:
+            raise ValueError("too large to read")
+        a = numpy_helper.to_array(t)
+    except (ValueError, TypeError):  # as constant(): unreadable data is no mask
+        return np.zeros((0,))
+    return a if a.dtype == np.bool_ or a.dtype.kind in "fiu" else a.astype(np.float32)
 
 
 def _attr_constant(node: onnx.NodeProto) -> object:
     """A Constant's ``value`` or ConstantOfShape's splat."""
     for a in node.attribute:
         if a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
-            v = constant(a.t)
+            v = _tensor(a.t) if node.op_type == "Constant" else constant(a.t)
             return v if node.op_type == "Constant" or isinstance(v, Uniform) else None
     return Uniform(0.0) if node.op_type == "ConstantOfShape" else None
 
@@ -164,7 +244,7 @@ def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[s
     """Every value derived from constants alone that one of the abstract forms describes."""
     values: dict[str, object] = {}
     for t in model.graph.initializer:
-        v = constant(t)
+        v = _tensor(t)
         if v is not None:
             values[t.name] = v
     for proto, node in zip(model.graph.node, nodes, strict=True):
@@ -184,7 +264,7 @@ def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str,
     bottom-right aligned causal over their last two dims (name -> window), read from how
     they were built."""
     out: dict[str, CausalMask] = {}
-    shapes = {t.name: t.shape for n in nodes for t in n.outputs}
+    shapes = {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
     for name, v in abstract_values(model, nodes).items():
         shape = shapes.get(name)
         band = v.band if isinstance(v, BandMask) else v

@@ -4,15 +4,25 @@ A model file is memory-mapped and walked at the protobuf wire level; every tenso
 ``KEEP_BYTES`` (initializers, and the ``value`` of Constant nodes) is copied without its data
 fields, so a 500 MB model costs a few MB to load and the weight pages are never read. Small
 tensors keep their data: shape arithmetic (Reshape targets, Slice bounds, scalars) needs it.
+A dropped matrix that may be a folded attention mask (a mask's dtype, every leading dim 1) has
+four of its elements read, and all of them if those look like a mask's; a band mask is kept
+as a tag in the tensor's ``doc_string`` (band_values.py), inline or in an external data file.
 """
 
 from __future__ import annotations
 
+import math
 import mmap
+from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
+from typing import BinaryIO
 
+import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
+
+from .band_values import BandValues, band_of, encode, may_be_mask
 
 # Tensors whose serialized form is larger than this are weights for tilecast's purpose: an int64
 # shape constant of 512 elements still fits (8 bytes each), a 32 x 32 float matrix does not.
@@ -23,7 +33,16 @@ KEEP_BYTES = 4096
 # int8 / uint8 quantized weight keeps the small limit.
 KEEP_INDEX_BYTES = 1 << 20
 INDEX_DTYPES = frozenset({onnx.TensorProto.INT32, onnx.TensorProto.INT64})
-TENSOR_DATA_TYPE = 2  # TensorProto.data_type (varint)
+TENSOR_DIMS, TENSOR_DATA_TYPE, TENSOR_RAW_DATA, TENSOR_DOC_STRING = 1, 2, 9, 12
+# Dropped tensors whose values are read once to see whether they are a folded attention mask
+# (band_values.py): the dtypes masks come in, up to a 4,096 x 4,096 fp32 matrix.
+MASK_DTYPES = {onnx.TensorProto.FLOAT: np.dtype(np.float32),
+               onnx.TensorProto.FLOAT16: np.dtype(np.float16),
+               onnx.TensorProto.BFLOAT16: np.dtype(np.uint16),
+               onnx.TensorProto.DOUBLE: np.dtype(np.float64),
+               onnx.TensorProto.BOOL: np.dtype(np.bool_),
+               onnx.TensorProto.UINT8: np.dtype(np.uint8)}
+MASK_SCAN_BYTES = 64 << 20
 # TensorProto fields holding data: float_data, int32_data, string_data, int64_data, raw_data,
 # double_data, uint64_data (onnx.proto3 field numbers).
 TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
@@ -102,10 +121,85 @@ def _rewrite(buf: memoryview, start: int, end: int, big: dict[int, object],
 
 
 def _tensor(buf: memoryview, start: int, end: int) -> bytes:
-    index = any(f == TENSOR_DATA_TYPE and wire == 0 and _varint(buf, v, stop)[0] in INDEX_DTYPES
-                for f, wire, _, v, stop in _fields(buf, start, end))
-    return _rewrite(buf, start, end, dict.fromkeys(TENSOR_DATA_FIELDS),
-                    KEEP_INDEX_BYTES if index else KEEP_BYTES)
+    dims: list[int] = []
+    dtype, raw = None, None
+    for f, wire, _, v, stop in _fields(buf, start, end):
+        if f == TENSOR_DIMS and wire == 0:
+            dims.append(_varint(buf, v, stop)[0])
+        elif f == TENSOR_DIMS and wire == LENGTH_DELIMITED:  # packed
+            while v < stop:
+                d, v = _varint(buf, v, stop)
+                dims.append(d)
+        elif f == TENSOR_DATA_TYPE and wire == 0:
+            dtype = _varint(buf, v, stop)[0]
+        elif f == TENSOR_RAW_DATA and wire == LENGTH_DELIMITED:
+            raw = (v, stop)
+    keep = KEEP_INDEX_BYTES if dtype in INDEX_DTYPES else KEEP_BYTES
+    out = _rewrite(buf, start, end, dict.fromkeys(TENSOR_DATA_FIELDS), keep)
+    band = None
+    if raw is not None and raw[1] - raw[0] > keep:
+        band = _band(lambda a, n: bytes(buf[raw[0] + a:raw[0] + a + n]), dims, dtype,
+                     raw[1] - raw[0])
+    return out if band is None else out + _delimited(TENSOR_DOC_STRING, encode(band).encode())
+
+
+def _band(read: Callable[[int, int], bytes], dims: list[int], dtype: int | None, length: int
+          ) -> BandValues | None:
+    """The band a dropped tensor's values hold, if they are a band mask (band_values.py);
+    ``read(offset, n)``: n bytes of its data. Four elements are read unless they look like a
+    mask's."""
+    np_dtype = MASK_DTYPES.get(dtype) if dtype is not None else None
+    if np_dtype is None or length > MASK_SCAN_BYTES or len(dims) < 2 \
+            or math.prod(dims[:-2]) != 1 or math.prod(dims) * np_dtype.itemsize != length:
+        return None
+    sq, skv, size = dims[-2], dims[-1], np_dtype.itemsize
+    corners = [0, skv - 1, (sq - 1) * skv, sq * skv - 1]
+    probe = np.frombuffer(b"".join(read(e * size, size) for e in corners), np_dtype)
+    if not may_be_mask(_widen(probe, dtype)):
+        return None
+    values = np.frombuffer(read(0, length), np_dtype).reshape(sq, skv)  # a copy
+    return band_of(_widen(values, dtype))
+
+
+def tag_external_masks(model: onnx.ModelProto, base: Path) -> None:
+    """Tag the initializers stored in an external data file next to the model whose values
+    are a band mask, as ``_tensor`` tags inline ones. A file that is missing, outside the
+    model's folder or short leaves its tensors untagged (they then count every pair)."""
+    root = base.resolve()
+    with ExitStack() as files:
+        opened: dict[Path, BinaryIO | None] = {}
+        for t in model.graph.initializer:
+            if t.data_location != onnx.TensorProto.EXTERNAL or t.data_type not in MASK_DTYPES:
+                continue
+            info = {e.key: e.value for e in t.external_data}
+            try:
+                path = (root / info.get("location", "")).resolve()
+                offset, length = int(info.get("offset", 0)), int(info["length"])
+                if path not in opened:  # each data file opened once
+                    inside = path.is_relative_to(root) and path.is_file()
+                    opened[path] = files.enter_context(open(path, "rb")) if inside else None
+                fh = opened[path]
+                band = None if fh is None else _band(_reader(fh, offset), list(t.dims),
+                                                      t.data_type, length)
+            except (KeyError, ValueError, OSError):
+                continue
+            if band is not None:
+                t.doc_string = encode(band)
+
+
+def _reader(fh: BinaryIO, offset: int) -> Callable[[int, int], bytes]:
+    def read(a: int, n: int) -> bytes:
+        fh.seek(offset + a)
+        return fh.read(n)
+
+    return read
+
+
+def _widen(a: np.ndarray, dtype: int) -> np.ndarray:
+    """bfloat16 bits (read as uint16) as the float32 values they are."""
+    if dtype != onnx.TensorProto.BFLOAT16:
+        return a
+    return (a.astype(np.uint32) << 16).view(np.float32)
 
 
 def _attribute(buf: memoryview, start: int, end: int) -> bytes:
@@ -140,9 +234,11 @@ def load_weightless(path: Path) -> onnx.ModelProto:
         with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             view = memoryview(mm)
             try:
-                return strip_bytes(view)
+                model = strip_bytes(view)
             finally:
                 view.release()
+    tag_external_masks(model, path.parent)
+    return model
 
 
 def strip_proto(model: onnx.ModelProto) -> onnx.ModelProto:
