@@ -246,3 +246,39 @@ def test_a_causal_kernel_says_so_in_every_output() -> None:
     eager = tilecast.analyze(onnx.parser.parse_model(SDPA), "a100-sxm4-40gb",
                              predictor="roofline")  # every pair: no label, no JSON key
     assert eager.kernels[0].to_dict()["matmul"] == {"b": 8, "m": 8, "n": 8, "k": 16}
+
+
+# nanoGPT's masked_fill over a registered tril buffer (a 16 x 16 block, sliced to the 8
+# tokens): scores.masked_fill(bias[:, :, a:a+8, c:c+8] == 0, -inf), then the softmax
+FILLED = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v) => (float[2, 4, 8, 16] y)
+  <float[1, 1, 16, 16] bias = {{{tril}}}, int64[1] a = {{{a}}}, int64[1] a8 = {{{a8}}},
+   int64[1] c = {{{c}}}, int64[1] c8 = {{{c8}}}, int64[1] rows = {{2}}, int64[1] cols = {{3}},
+   float zero = {{0.0}}, float ninf = {{-3.4e38}}, float scale = {{0.25}}> {{
+  r = Slice(bias, a, a8, rows)
+  b = Slice(r, c, c8, cols)
+  hid = Equal(b, zero)
+  kt = Transpose <perm = [0, 1, 3, 2]> (k)
+  s = MatMul(q, kt)
+  t = Mul(s, scale)
+  u = Where(hid, ninf, t)
+  p = Softmax <axis = -1> (u)
+  y = MatMul(p, v)
+}}"""
+TRIL16 = ", ".join("1.0" if j <= i else "0.0" for i in range(16) for j in range(16))
+
+
+@pytest.mark.parametrize(("a", "c", "pairs"), [
+    (0, 0, CAUSAL),  # nanoGPT: the top-left block
+    (4, 4, CAUSAL),  # the same band further down the diagonal
+    (4, 0, None),  # rows 4.. against keys 0..: each query sees 4 more keys, not is_causal's
+])
+def test_scores_filled_outside_a_sliced_tril_buffer(a: int, c: int, pairs: int | None) -> None:
+    text = FILLED.format(tril=TRIL16, a=a, a8=a + 8, c=c, c8=c + 8)
+    atts = _attention(text)
+    if pairs is None:
+        assert atts == []  # not causal: the Where chain stays as written
+    else:
+        assert [x.cost.flops for x in atts] == [_flops(pairs)]
+        assert atts[0].cost.bytes == 4 * 4096  # neither the buffer nor a mask read

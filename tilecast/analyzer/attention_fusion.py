@@ -80,7 +80,8 @@ class _Walk:
             and len(self.out[self.next].node.outputs) == 1
 
 
-def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None:
+def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
+           causal: Mapping[str, CausalMask]) -> _Chain | None:
     w = _Walk(out, readers, out[i].node.outputs[0])
     w.members.append(i)
     if w.at("Mul", "Div"):
@@ -91,6 +92,10 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders) -> _Chain | None
     mask = None
     if w.at("Add") and other_operand(out[w.next], w.read) is not None:
         mask = other_operand(out[w.next], w.read)
+        w.take()
+    elif w.at("Where") and out[w.next].node.outputs[0].name in causal \
+            and w.read.name in [t.name for t in out[w.next].node.inputs[1:] if t is not None]:
+        mask = out[w.next].node.outputs[0]  # the scores filled outside a causal band
         w.take()
     while w.at("Cast"):
         w.take()
@@ -151,7 +156,7 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
-        c = _chain(i, out, readers)
+        c = _chain(i, out, readers, causal or {})
         fused = _fused(r.cost.matmul, out[c.pv], c, causal or {}) if c is not None else None
         if fused is None:
             continue

@@ -65,6 +65,14 @@ class BandMask:
 
 
 @dataclass(frozen=True)
+class MaskedScores:
+    """Scores (anything) with every element outside ``band`` replaced by a very negative
+    value: ``scores.masked_fill(hidden, -inf)``, a Where selecting between them."""
+
+    band: Band
+
+
+@dataclass(frozen=True)
 class CausalMask:
     """A bottom-right aligned causal mask; ``window`` > 0: each query sees window + 1 keys."""
 
@@ -155,7 +163,38 @@ def _where(node: NodeView, args: Sequence[object]) -> object:
         return BandMask(visible) if visible is not None else None
     if _hidden(x) and isinstance(y, BandMask):
         return BandMask(replace(y.band, exact=False))
+    if isinstance(cond, Band) and _hidden(x) and not isinstance(y, Uniform):
+        visible = _complement(cond)  # masked_fill(hidden, -inf) of scores
+        return MaskedScores(visible) if visible is not None else None
+    if isinstance(cond, Band) and _hidden(y) and not isinstance(x, Uniform):
+        return MaskedScores(cond)
     return None
+
+
+def _band_slice(node: NodeView, args: Sequence[object]) -> object:
+    """A slice of one of a band's two axes from ``start`` (step 1) moves its edges: kept
+    from query a on, each key - query is a more than before; from key c on, c less (GPT-2's
+    ``bias[:, :, k - q:k, :k]``). Other values: the index rule."""
+    x = args[0]
+    if not isinstance(x, Band | BandMask):
+        return INDEX_RULES["Slice"](node, args)
+    ins, start = node.inputs[0].shape, _int(args[1])
+    axis = _int(args[3]) if node.input(3) is not None else 0
+    step = _int(args[4]) if node.input(4) is not None else 1
+    if ins is None or len(ins) < 2 or start is None or axis is None or step != 1 \
+            or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
+        return None
+    axis %= len(ins)
+    start = min(max(start + ins[axis] if start < 0 else start, 0), ins[axis])
+    shift = {len(ins) - 2: start, len(ins) - 1: -start}.get(axis, 0)
+    band = x.band if isinstance(x, BandMask) else x
+    moved = replace(band, lo=None if band.lo is None else band.lo + shift,
+                    hi=None if band.hi is None else band.hi + shift)
+    return BandMask(moved) if isinstance(x, BandMask) else moved
+
+
+def _int(v: object) -> int | None:
+    return int(v.value) if isinstance(v, Uniform) and float(v.value).is_integer() else None
 
 
 def _not(node: NodeView, args: Sequence[object]) -> object:
@@ -195,7 +234,7 @@ RULES: Mapping[str, Rule] = {
     **{op: _band_view(r) if op in ("Reshape", "Unsqueeze", "Squeeze", "Expand", "Cast",
                                    "Identity") else r for op, r in INDEX_RULES.items()},
     "And": _and, "Where": _where, "Not": _not, "Trilu": _trilu,
-    "Equal": _equal,
+    "Equal": _equal, "Slice": _band_slice,
     "LessOrEqual": _compare(False, False), "Less": _compare(False, True),
     "GreaterOrEqual": _compare(True, False), "Greater": _compare(True, True),
 }
@@ -260,14 +299,15 @@ def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[s
 
 
 def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, CausalMask]:
-    """The graph's masks, additive (0 / very negative) or boolean (True: attend), that are
+    """The graph's masks, additive (0 / very negative) or boolean (True: attend), and
+    scores filled with a very negative value outside such a band (a Where), that are
     bottom-right aligned causal over their last two dims (name -> window), read from how
     they were built."""
     out: dict[str, CausalMask] = {}
     shapes = {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
     for name, v in abstract_values(model, nodes).items():
         shape = shapes.get(name)
-        band = v.band if isinstance(v, BandMask) else v
+        band = v.band if isinstance(v, BandMask | MaskedScores) else v
         if not isinstance(band, Band) or shape is None or len(shape) < 2:
             continue
         sq, skv = shape[-2], shape[-1]
