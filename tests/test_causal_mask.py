@@ -282,3 +282,21 @@ def test_scores_filled_outside_a_sliced_tril_buffer(a: int, c: int, pairs: int |
     else:
         assert [x.cost.flops for x in atts] == [_flops(pairs)]
         assert atts[0].cost.bytes == 4 * 4096  # neither the buffer nor a mask read
+
+
+ZERO_MASK = "  nil = Constant <value = float {0.0}> ()\n  m = Expand(nil, four)\n"  # all visible
+BIASED = ("u = Add(t, m)", "tb = Add(t, pb)\n  u = Add(tb, m)")
+
+
+@pytest.mark.parametrize(("mask", "pairs"), [(HF_MASK, CAUSAL), (ZERO_MASK, None)])
+def test_a_position_bias_and_a_mask_both_added(mask: str, pairs: int | None) -> None:
+    # T5's relative position bias (1, 4, 8, 8), then the mask: one kernel reading the bias
+    # (one FLOP per score); a causal mask limits it to the visible pairs, unread
+    text = _model(mask, f"{RAMP_Q}, {RAMP_KV}, int64[4] four = {{1, 1, 8, 8}}",
+                  ", float[1, 4, 8, 8] pb").replace(*BIASED)
+    (att,) = _attention(text)
+    bias = 4 * 8 * 8 * 4
+    if pairs is None:  # every pair, both the bias and the zero mask (1, 1, 8, 8) read
+        assert (att.cost.flops, att.cost.bytes) == (8 * 64 * (64 + 6 + 2), 4 * 4096 + bias + 256)
+    else:
+        assert (att.cost.flops, att.cost.bytes) == (8 * pairs * (64 + 6 + 1), 4 * 4096 + bias)

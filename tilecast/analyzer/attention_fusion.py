@@ -10,12 +10,13 @@ it asks for the scale on Q or K before the first product, which an exporter's sc
 scores may not meet), ONNX Runtime's transformer optimizer rewrites the chain into its
 Attention / MultiHeadAttention ops, and the LLM inference engines run FlashAttention. The
 chain then costs what a fused attention op costs (``costs/attention.py``): the two products
-and the softmax per score, reading Q, K, V and the mask once and writing the output once;
+and the softmax per score, reading Q, K, V and what is added once and writing the output once;
 the (B, H, Sq, Skv) scores never reach DRAM.
 
 Pattern, every intermediate read by the next step alone (reshape views between them passed
-through): a batched MatMul, then optionally a Mul or Div by one value, an Add of a mask (any
-broadcast), any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
+through): a batched MatMul, then optionally a Mul or Div by one value, up to two Adds (a
+position bias such as T5's, then a mask; any broadcast) or a Where filling the scores outside
+a causal band, any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
 whose left operand is the probabilities. The transposes that lay out Q, K and V stay kernels
 (a fused op's export runs them too; a last-two swap is already folded into the GEMM,
 ``views.py``). A mask the graph builds as a bottom-right aligned causal one (causal.py reads
@@ -36,6 +37,9 @@ from .epilogues import SoleReaders, costed, other_operand
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
+# Tensors added to the scores before the softmax that a fused kernel reads: a mask and a
+# position bias (T5's relative attention bias, ALiBi) at most.
+MAX_ADDED = 2
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class _Chain:
     pv: int  # the P @ V MatMul: it runs the fused kernel
     q: TensorInfo
     k: TensorInfo
-    mask: TensorInfo | None
+    masks: tuple[TensorInfo, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
 
 
 def _batched(r: NodeResult) -> bool:
@@ -89,13 +93,13 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
         if s is not None and s.numel == 1 and (out[w.next].node.op_type == "Mul"
                                                 or out[w.next].node.inputs[0].name == w.read.name):
             w.take()
-    mask = None
-    if w.at("Add") and other_operand(out[w.next], w.read) is not None:
-        mask = other_operand(out[w.next], w.read)
+    masks: list[TensorInfo] = []
+    while len(masks) < MAX_ADDED and w.at("Add") and other_operand(out[w.next], w.read):
+        masks.append(other_operand(out[w.next], w.read))
         w.take()
-    elif w.at("Where") and out[w.next].node.outputs[0].name in causal \
+    if w.at("Where") and out[w.next].node.outputs[0].name in causal \
             and w.read.name in [t.name for t in out[w.next].node.inputs[1:] if t is not None]:
-        mask = out[w.next].node.outputs[0]  # the scores filled outside a causal band
+        masks.append(out[w.next].node.outputs[0])  # the scores filled outside a causal band
         w.take()
     while w.at("Cast"):
         w.take()
@@ -108,7 +112,7 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
     q, k = out[i].node.inputs
-    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, mask)
+    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks))
 
 
 def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
@@ -129,21 +133,22 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
 
 def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, CausalMask]
            ) -> tuple[NodeView, OpCost] | None:
-    """The fused kernel's node (reading Q, K, V and the mask, writing the output) and the
-    fused attention op's cost of it; None unless both products share heads, queries, keys.
-    A causal mask (causal.py) over these queries and keys: the visible pairs only, as an
-    ``is_causal`` kernel computes them; its bytes are not read (the kernel masks by index)."""
+    """The fused kernel's node (reading Q, K, V and what is added to the scores, writing the
+    output) and the fused attention op's cost of it; None unless both products share heads,
+    queries, keys. A causal mask (causal.py) over these queries and keys: the visible pairs
+    only, as an ``is_causal`` kernel computes them; its bytes are not read (the kernel masks
+    by index). Each other added tensor is read once and costs one FLOP per score."""
     d = pv.cost.matmul
     if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
         return None
-    mask = causal.get(c.mask.name) if c.mask is not None and c.mask.shape is not None \
-        and tuple(c.mask.shape[-2:]) == (qk.m, qk.n) else None
-    ins = tuple(t for t in (c.q, c.k, pv.node.inputs[1], c.mask if mask is None else None)
-                if t is not None)
-    node = replace(pv.node, op_type="Attention", inputs=ins)
+    found = [causal.get(t.name) if t.shape is not None and tuple(t.shape[-2:]) == (qk.m, qk.n)
+             else None for t in c.masks]
+    mask = next((f for f in found if f is not None), None)
+    read = tuple(t for t, f in zip(c.masks, found, strict=True) if f is None)
+    node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read))
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
                   window=mask.window if mask is not None else 0)
-    return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * (ins[-1] is c.mask), {})
+    return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * len(read), {})
 
 
 def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] = (),

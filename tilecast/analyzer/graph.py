@@ -41,7 +41,8 @@ class Graph:
     unbound_dims: Mapping[str, str] = field(default_factory=dict)  # tensor -> first dim name
     input_dims: tuple[str, ...] = ()  # the symbolic dims of the graph's inputs
     unbound_inputs: tuple[str, ...] = ()  # those the caller did not bind
-    # attention masks (additive or boolean) built as causal ones (causal.py): name -> window
+    # attention masks (additive or boolean) built as causal ones, and scores filled outside
+    # such a band (causal.py): name -> window
     causal_masks: Mapping[str, CausalMask] = field(default_factory=dict)
 
     def unbound_in(self, node: NodeView) -> list[tuple[str, str]]:
