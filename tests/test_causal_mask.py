@@ -300,3 +300,19 @@ def test_a_position_bias_and_a_mask_both_added(mask: str, pairs: int | None) -> 
         assert (att.cost.flops, att.cost.bytes) == (8 * 64 * (64 + 6 + 2), 4 * 4096 + bias + 256)
     else:
         assert (att.cost.flops, att.cost.bytes) == (8 * pairs * (64 + 6 + 1), 4 * 4096 + bias)
+
+
+# T5's decoder: the position bias filled with a very negative value outside the band, then
+# added: a causal kernel that still reads the bias (and adds it: one FLOP per score)
+T5_BIAS = "  m = Where(le, pb, low)\n"
+
+
+def test_a_position_bias_filled_outside_the_band() -> None:
+    text = _model("  le = LessOrEqual(ki, qi)\n" + T5_BIAS, inputs=", float[1, 4, 8, 8] pb")
+    (att,) = _attention(text)
+    assert (att.cost.flops, att.cost.bytes) == (8 * CAUSAL * (64 + 6 + 1), 4 * 4096 + 4 * 256)
+    sdpa = SDPA.replace("vis = LessOrEqual(ki, qi)",
+                        "le = LessOrEqual(ki, qi)\n" + T5_BIAS + "  vis = Identity(m)")
+    sdpa = sdpa.replace("float[2, 4, 8, 16] v)", "float[2, 4, 8, 16] v, float[1, 4, 8, 8] pb)")
+    (op,) = _attention(sdpa.replace(f"{RAMP_KV}>", f"{RAMP_KV}, float low = {{-3.4e38}}>"))
+    assert op.cost.flops == 8 * CAUSAL * (64 + 6 + 1)  # the op reads the biased mask too

@@ -80,6 +80,17 @@ def test_graph_runtime_reads_each_exporters_causal_mask(name, pairs):
     assert flops == [2 * 4 * pairs * (2 * 16 * 2 + 6)] * 2  # one per layer
 
 
+def test_graph_runtime_reads_t5s_biased_causal_mask():
+    # T5's decoder fills its position bias outside the band: its two self-attentions are
+    # causal and read the bias (one more FLOP per score); the encoder's and the cross
+    # attentions see every pair
+    f = tilecast.analyze(corpus.build("t5_legacy"), "a100-sxm4-80gb",
+                         dims=corpus.dims_of("t5_legacy"), runtime="graph", predictor="roofline")
+    att = [k.kernel.cost for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert sorted((c.matmul.causal, c.flops) for c in att) == \
+        [(False, 2 * 4 * 256 * (64 + 6 + 1))] * 4 + [(True, 2 * 4 * 136 * (64 + 6 + 1))] * 2
+
+
 SAME_MODEL = {
     "bert": ("bert_legacy", "bert_dynamo", "bert_tilecast", "bert_ort_opt", "bert_ort_fp16",
              "bert_qdynamic", "bert_ort_qdynamic"),

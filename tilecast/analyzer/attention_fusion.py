@@ -50,6 +50,7 @@ class _Chain:
     q: TensorInfo
     k: TensorInfo
     masks: tuple[TensorInfo, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
+    filled: TensorInfo | None  # the scores filled outside a causal band (a Where step)
 
 
 def _batched(r: NodeResult) -> bool:
@@ -97,9 +98,10 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     while len(masks) < MAX_ADDED and w.at("Add") and other_operand(out[w.next], w.read):
         masks.append(other_operand(out[w.next], w.read))
         w.take()
+    filled = None
     if w.at("Where") and out[w.next].node.outputs[0].name in causal \
             and w.read.name in [t.name for t in out[w.next].node.inputs[1:] if t is not None]:
-        masks.append(out[w.next].node.outputs[0])  # the scores filled outside a causal band
+        filled = out[w.next].node.outputs[0]
         w.take()
     while w.at("Cast"):
         w.take()
@@ -112,7 +114,7 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
     q, k = out[i].node.inputs
-    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks))
+    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled)
 
 
 def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
@@ -123,7 +125,8 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     found = causal.get(mask.name) if mask is not None and mask.shape is not None else None
     if found is None:
         return r
-    node = replace(r.node, inputs=(*r.node.inputs[:3], None, *r.node.inputs[4:]),
+    kept = mask if found.carries_values else None  # a biased band is read, the rest skipped
+    node = replace(r.node, inputs=(*r.node.inputs[:3], kept, *r.node.inputs[4:]),
                    attrs={**r.node.attrs, "is_causal": 1})
     c = onnx_attention(node, found.window)
     if c.matmul is None or tuple(mask.shape[-2:]) != (c.matmul.m, c.matmul.n):
@@ -143,8 +146,9 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
         return None
     found = [causal.get(t.name) if t.shape is not None and tuple(t.shape[-2:]) == (qk.m, qk.n)
              else None for t in c.masks]
-    mask = next((f for f in found if f is not None), None)
-    read = tuple(t for t, f in zip(c.masks, found, strict=True) if f is None)
+    bands = [causal[c.filled.name]] if c.filled is not None else []
+    mask = next((f for f in (*bands, *found) if f is not None), None)
+    read = tuple(t for t, f in zip(c.masks, found, strict=True) if f is None or f.carries_values)
     node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read))
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
                   window=mask.window if mask is not None else 0)

@@ -74,9 +74,12 @@ class MaskedScores:
 
 @dataclass(frozen=True)
 class CausalMask:
-    """A bottom-right aligned causal mask; ``window`` > 0: each query sees window + 1 keys."""
+    """A bottom-right aligned causal mask; ``window`` > 0: each query sees window + 1 keys.
+    ``carries_values``: inside the band it holds values a kernel adding it must read (a
+    position bias filled with a very negative value outside the band, as T5 builds it)."""
 
     window: int = 0
+    carries_values: bool = False
 
 
 Rule = Callable[[NodeView, Sequence[object]], object]
@@ -87,7 +90,7 @@ def _band_view(rule: Rule) -> Rule:
 
     def wrapped(node: NodeView, args: Sequence[object]) -> object:
         x = args[0]
-        if not isinstance(x, Band | BandMask):
+        if not isinstance(x, Band | BandMask | MaskedScores):
             return rule(node, args)
         ins, out = node.inputs[0].shape, node.outputs[0].shape
         return x if ins is not None and out is not None and len(ins) >= 2 \
@@ -313,5 +316,6 @@ def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str,
         sq, skv = shape[-2], shape[-1]
         lo, hi = band.lo, band.hi
         if hi == skv - sq and (lo is None or lo <= hi):
-            out[name] = CausalMask(0 if lo is None or hi - lo >= skv else hi - lo)
+            out[name] = CausalMask(0 if lo is None or hi - lo >= skv else hi - lo,
+                                   isinstance(v, MaskedScores))
     return out
