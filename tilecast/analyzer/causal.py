@@ -30,20 +30,21 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 import onnx
-from onnx import numpy_helper
 
 from .band_values import HIDDEN_BELOW, band_of, decode
 from .index_values import (
-    GRID_ELEMENTS,
     INDEX_RULES,
     SHAPE_ONLY,
     Uniform,
     as_affine,
     constant,
     linear,
+    of_array,
+    read_array,
+    scalar,
+    slice_args,
 )
 from .types import NodeView
-from .weightless import has_data
 
 
 @dataclass(frozen=True)
@@ -181,23 +182,15 @@ def _band_slice(node: NodeView, args: Sequence[object]) -> object:
     x = args[0]
     if not isinstance(x, Band | BandMask):
         return INDEX_RULES["Slice"](node, args)
-    ins, start = node.inputs[0].shape, _int(args[1])
-    axis = _int(args[3]) if node.input(3) is not None else 0
-    step = _int(args[4]) if node.input(4) is not None else 1
-    if ins is None or len(ins) < 2 or start is None or axis is None or step != 1 \
-            or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
+    parsed, rank = slice_args(node, args), len(node.inputs[0].shape or ())
+    if parsed is None or parsed[2] != 1 or rank < 2:
         return None
-    axis %= len(ins)
-    start = min(max(start + ins[axis] if start < 0 else start, 0), ins[axis])
-    shift = {len(ins) - 2: start, len(ins) - 1: -start}.get(axis, 0)
+    axis, start, _ = parsed
+    shift = {rank - 2: start, rank - 1: -start}.get(axis, 0)
     band = x.band if isinstance(x, BandMask) else x
     moved = replace(band, lo=None if band.lo is None else band.lo + shift,
                     hi=None if band.hi is None else band.hi + shift)
     return BandMask(moved) if isinstance(x, BandMask) else moved
-
-
-def _int(v: object) -> int | None:
-    return int(v.value) if isinstance(v, Uniform) and float(v.value).is_integer() else None
 
 
 def _not(node: NodeView, args: Sequence[object]) -> object:
@@ -219,8 +212,7 @@ def _trilu(node: NodeView, args: Sequence[object]) -> object:
     """Trilu of a splat over (query, key): triu keeps key - query >= k, tril key - query <= k
     (zeros elsewhere). Of True, that is the band; of a very negative value, an additive mask
     hiding it (``torch.triu(torch.full((S, S), -inf), 1)``, PyTorch's square subsequent mask)."""
-    x, k = args[0], Uniform(0.0) if node.input(1) is None else args[1]
-    k = int(k.value) if isinstance(k, Uniform) and float(k.value).is_integer() else None
+    x, k = args[0], 0 if node.input(1) is None else scalar(args[1])
     if not isinstance(x, Uniform) or k is None:
         return None
     kept = Band(k, None) if node.attr("upper", 1) else Band(None, k)
@@ -246,24 +238,20 @@ RULES: Mapping[str, Rule] = {
 def _tensor(t: onnx.TensorProto) -> object:
     """A constant's abstract value: a splat or grid, or the band mask the weightless reader
     found in its values (band_values.py)."""
-    v = constant(t)
+    a = read_array(t)
+    v = of_array(a)
     if v is not None:
         return v
-    b = band_of(_floats(t)) if has_data(t) else decode(t.doc_string) if t.doc_string else None
+    b = band_of(_floats(a)) if a is not None else decode(t.doc_string) if t.doc_string \
+        else None
     if b is None:
         return None
     band = Band(b.lo, b.hi)
     return BandMask(band) if b.additive else band
 
 
-def _floats(t: onnx.TensorProto) -> np.ndarray:
-    """A small kept tensor's values, bfloat16 and other dtypes numpy lacks as float32."""
-    try:
-        if int(np.prod(t.dims)) > GRID_ELEMENTS:
-            raise ValueError("too large to read")
-        a = numpy_helper.to_array(t)
-    except (ValueError, TypeError):  # as constant(): unreadable data is no mask
-        return np.zeros((0,))
+def _floats(a: np.ndarray) -> np.ndarray:
+    """Values in a dtype numpy computes with: bfloat16 and the like as float32."""
     return a if a.dtype == np.bool_ or a.dtype.kind in "fiu" else a.astype(np.float32)
 
 

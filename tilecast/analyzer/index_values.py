@@ -55,7 +55,6 @@ class Vector:
     values: tuple[int, ...]
 
 
-Index = Uniform | Affine | Stack | Vector
 Rule = Callable[[NodeView, Sequence[object]], object]
 
 
@@ -77,22 +76,29 @@ def as_affine(v: object, rank: int) -> Affine | None:
     return None
 
 
-def constant(t: onnx.TensorProto) -> Uniform | Affine | None:
-    """A splat, or an integer initializer that is an affine grid (checked element-wise)."""
+def read_array(t: onnx.TensorProto) -> np.ndarray | None:
+    """A kept tensor's values (None: stripped, external, over ``GRID_ELEMENTS`` or unreadable)."""
     if not has_data(t) or int(np.prod(t.dims)) > GRID_ELEMENTS:
         return None
     try:
-        a = numpy_helper.to_array(t)
+        return numpy_helper.to_array(t)
     except (ValueError, TypeError):
         return None
-    if a.size == 0:
+
+
+def constant(t: onnx.TensorProto) -> Uniform | Affine | Vector | None:
+    """A splat, or an integer initializer that is an affine grid (checked element-wise)."""
+    return of_array(read_array(t))
+
+
+def of_array(a: np.ndarray | None) -> Uniform | Affine | Vector | None:
+    """A splat of any dtype, or an integer grid or short vector."""
+    if a is None or a.size == 0:
         return None
     flat = a.reshape(-1)
     if np.all(flat == flat[0]):
         return Uniform(float(flat[0]))
-    if not np.issubdtype(a.dtype, np.integer):
-        return None
-    return _grid_or_vector(a)
+    return _grid_or_vector(a) if np.issubdtype(a.dtype, np.integer) else None
 
 
 def _grid_or_vector(a: np.ndarray) -> Uniform | Affine | Vector | None:
@@ -180,13 +186,32 @@ def logical_not(node: NodeView, args: Sequence[object]) -> object:
     return Uniform(float(not args[0].value)) if isinstance(args[0], Uniform) else None
 
 
-def _scalar(v: object) -> int | None:
+def scalar(v: object) -> int | None:
+    """An integer splat's value (None: anything else)."""
     return int(v.value) if isinstance(v, Uniform) and float(v.value).is_integer() else None
+
+
+def slice_args(node: NodeView, args: Sequence[object]) -> tuple[int, int, int] | None:
+    """(axis, start, step) of a Slice along one axis with constant single-element operands,
+    start clamped as ONNX clamps it; None for anything else."""
+    ins = _shapes(node)[0]
+    if not ins or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
+        return None  # several axes at once
+    start = scalar(args[1])
+    axis = scalar(args[3]) if node.input(3) is not None else 0  # absent: the defaults
+    step = scalar(args[4]) if node.input(4) is not None else 1
+    if start is None or axis is None or not step:
+        return None
+    axis %= len(ins)
+    dim = ins[axis]
+    start = start + dim if start < 0 else start
+    start = min(max(start, 0), dim) if step > 0 else min(max(start, -1), dim - 1)
+    return axis, start, step
 
 
 def cumsum(node: NodeView, args: Sequence[object]) -> object:
     """CumSum of an integer splat c along one axis: c * (i + 1), or c * i when exclusive."""
-    c, axis, out = _scalar(args[0]), _scalar(args[1]), node.outputs[0].shape
+    c, axis, out = scalar(args[0]), scalar(args[1]), node.outputs[0].shape
     if c is None or axis is None or not out or (c and node.attr("reverse", 0)):
         return None
     coefs = [0] * len(out)
@@ -206,20 +231,13 @@ def transpose(node: NodeView, args: Sequence[object]) -> object:
 
 def slice_(node: NodeView, args: Sequence[object]) -> object:
     """Slice along one axis (single-element starts, ends, axes, steps)."""
-    x, ins = args[0], _shapes(node)[0]
+    x = args[0]
     if isinstance(x, Uniform):
         return x
-    if not ins or any(t is not None and t.shape not in ((), (1,)) for t in node.inputs[1:]):
-        return None  # several axes at once
-    start = _scalar(args[1])
-    axis = _scalar(args[3]) if node.input(3) is not None else 0  # absent: the defaults
-    step = _scalar(args[4]) if node.input(4) is not None else 1
-    if not isinstance(x, Affine) or start is None or axis is None or not step:
+    parsed = slice_args(node, args) if isinstance(x, Affine) else None
+    if parsed is None:
         return None
-    axis %= len(ins)
-    dim = ins[axis]
-    start = start + dim if start < 0 else start
-    start = min(max(start, 0), dim) if step > 0 else min(max(start, -1), dim - 1)
+    axis, start, step = parsed
     coefs = list(x.coefs)
     coefs[axis] = x.coefs[axis] * step
     return make(x.offset + x.coefs[axis] * start, coefs, node.outputs[0].shape)
@@ -305,7 +323,7 @@ def shape(node: NodeView, args: Sequence[object]) -> object:
 
 def gather(node: NodeView, args: Sequence[object]) -> object:
     """Gather of one element along an axis (a scalar index): a shape's dim, a grid's slice."""
-    data, i = args[0], _scalar(args[1])
+    data, i = args[0], scalar(args[1])
     idx = node.input(1)
     if isinstance(data, Uniform) or i is None or idx is None or idx.shape != ():
         return data if isinstance(data, Uniform) and i is not None else None
@@ -323,7 +341,7 @@ def gather(node: NodeView, args: Sequence[object]) -> object:
 
 
 def range_(node: NodeView, args: Sequence[object]) -> object:
-    start, delta = _scalar(args[0]), _scalar(args[2])
+    start, delta = scalar(args[0]), scalar(args[2])
     return make(start, [delta], node.outputs[0].shape) if start is not None and delta \
         else None
 
