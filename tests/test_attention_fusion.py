@@ -81,6 +81,28 @@ def test_a_chain_that_is_not_attention_alone_stays_apart(text: str) -> None:
     assert "Softmax" in _ops(f) and _fused(f) == 0
 
 
+# masked_fill(pad == 0, -inf) over a (2, 1, 1, 8) bool padding mask: Where(cond, fill, scores)
+# or Where(keep, scores, fill); the kernel reads the condition (16 bytes) instead of an added
+# float mask (64), the same 7 FLOPs per score
+FILLS = PLAIN.replace("float[2, 1, 1, 8] m", "bool[2, 1, 1, 8] m, float[2, 4, 8, 8] x").replace(
+    "<float scale = {0.25}>", "<float scale = {0.25}, float ninf = {-3.4e38}>")
+
+
+@pytest.mark.parametrize(("where", "fused"), [
+    ("u = Where(m, ninf, t)", True),
+    ("u = Where(m, t, ninf)", True),
+    ("u = Where(m, t, x)", False),  # a second tensor selected in: it would be read too
+])
+def test_a_masked_fill_of_the_scores_runs_in_the_kernel(where: str, fused: bool) -> None:
+    f = _run(FILLS.replace("u = Add(t, m)", where))
+    atts = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
+    if fused:
+        assert [(a.cost.flops, a.cost.bytes) for a in atts] == [(FLOPS, 4 * 4096 + 16)]
+        assert _fused(f) == 4
+    else:
+        assert atts == [] and "Softmax" in _ops(f)
+
+
 def test_training_keeps_each_op() -> None:
     # a trainable weight (a query projection) so that the step has something to train
     weights = "<float scale = {0.25}, float[16, 16] w = {0.0}>"

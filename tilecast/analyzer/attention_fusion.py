@@ -15,14 +15,15 @@ the (B, H, Sq, Skv) scores never reach DRAM.
 
 Pattern, every intermediate read by the next step alone (reshape views between them passed
 through): a batched MatMul, then optionally a Mul or Div by one value, up to two Adds (a
-position bias such as T5's, then a mask; any broadcast) or a Where filling the scores outside
-a causal band, any Casts, then a Softmax over the last axis, any Casts, and a batched MatMul
-whose left operand is the probabilities. The transposes that lay out Q, K and V stay kernels
-(a fused op's export runs them too; a last-two swap is already folded into the GEMM,
-``views.py``). A mask the graph builds as a bottom-right aligned causal one (causal.py reads
-how it was built) limits the kernel to the visible pairs, as an exported ``is_causal`` op
-does; any other mask counts every pair. Inference only; eager PyTorch and a CUDA-graph
-replay run each op alone.
+position bias such as T5's, then a mask; any broadcast), a Where filling the scores outside
+a causal band or setting them to one value where a condition holds (``masked_fill``; the
+kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts, and a
+batched MatMul whose left operand is the probabilities. The transposes that lay out Q, K
+and V stay kernels (a fused op's export runs them too; a last-two swap is already folded
+into the GEMM, ``views.py``). A mask the graph builds as a bottom-right aligned causal one
+(causal.py reads how it was built) limits the kernel to the visible pairs, as an exported
+``is_causal`` op does; any other mask counts every pair. Inference only; eager PyTorch and
+a CUDA-graph replay run each op alone.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ class _Chain:
     k: TensorInfo
     masks: tuple[TensorInfo, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
     filled: TensorInfo | None  # the scores filled outside a causal band (a Where step)
+    selected: TensorInfo | None  # a Where's condition, read: masked_fill of any other mask
 
 
 def _batched(r: NodeResult) -> bool:
@@ -85,6 +87,23 @@ class _Walk:
             and len(self.out[self.next].node.outputs) == 1
 
 
+def _where(node: NodeView, scores: TensorInfo, causal: Mapping[str, CausalMask]
+           ) -> tuple[TensorInfo | None, TensorInfo | None] | None:
+    """A Where step on the scores: (its output, None) when it fills them outside a causal
+    band (causal.py), (None, its condition) when it sets them to one value where a
+    condition holds (``masked_fill`` with any other mask: the kernel reads the condition);
+    None for anything else (a second tensor selected in would be read too: left apart)."""
+    values = [t.name if t is not None else None for t in node.inputs[1:]]
+    if scores.name not in values:
+        return None
+    if node.outputs[0].name in causal:
+        return node.outputs[0], None
+    cond, other = node.inputs[0], node.inputs[2 if values[0] == scores.name else 1]
+    if cond is None or not cond.known or other is None or not other.known or other.numel != 1:
+        return None
+    return None, cond
+
+
 def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
            causal: Mapping[str, CausalMask]) -> _Chain | None:
     w = _Walk(out, readers, out[i].node.outputs[0])
@@ -98,10 +117,9 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     while len(masks) < MAX_ADDED and w.at("Add") and other_operand(out[w.next], w.read):
         masks.append(other_operand(out[w.next], w.read))
         w.take()
-    filled = None
-    if w.at("Where") and out[w.next].node.outputs[0].name in causal \
-            and w.read.name in [t.name for t in out[w.next].node.inputs[1:] if t is not None]:
-        filled = out[w.next].node.outputs[0]
+    filled, selected = None, None
+    if w.at("Where") and (step := _where(out[w.next].node, w.read, causal)) is not None:
+        filled, selected = step
         w.take()
     while w.at("Cast"):
         w.take()
@@ -114,7 +132,7 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
     q, k = out[i].node.inputs
-    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled)
+    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled, selected)
 
 
 def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
@@ -149,6 +167,7 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     bands = [causal[c.filled.name]] if c.filled is not None else []
     mask = next((f for f in (*bands, *found) if f is not None), None)
     read = tuple(t for t, f in zip(c.masks, found, strict=True) if f is None or f.carries_values)
+    read += (c.selected,) if c.selected is not None else ()
     node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read))
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
                   window=mask.window if mask is not None else 0)
