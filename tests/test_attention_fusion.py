@@ -103,6 +103,31 @@ def test_a_masked_fill_of_the_scores_runs_in_the_kernel(where: str, fused: bool)
         assert atts == [] and "Softmax" in _ops(f)
 
 
+# torch SDPA's math path as torch.onnx writes it: the probabilities zeroed where NaN (fully
+# masked rows), Where(IsNaN(p), 0, p), before P @ V; the fused kernel does that itself
+GUARD = ("  y = MatMul(p, v)", "  nan = IsNaN(p)\n  pg = Where(nan, zero, p)\n  y = MatMul(pg, v)")
+GUARDED = PLAIN.replace("<float scale = {0.25}>", "<float scale = {0.25}, float zero = {0.0}>")
+
+
+@pytest.mark.parametrize(("guard", "fused"), [
+    (GUARD, 6),  # QK^T, scale, mask add, softmax, IsNaN, Where
+    (("pg = Where(nan, zero, p)", "pg = Where(nan, v, p)"), 0),  # a tensor selected in
+    (("y = MatMul(pg, v)", "y = MatMul(pg, v)\n  w = Not(nan)"), 0),  # the test read again
+])
+def test_the_nan_guard_on_the_probabilities_runs_in_the_kernel(guard, fused: int) -> None:
+    text = GUARDED.replace(*GUARD).replace(*guard)
+    if fused == 0 and "Not" in text:
+        text = text.replace("=> (float[2, 4, 8, 16] y)", "=> (float[2, 4, 8, 16] y, "
+                            "bool[2, 4, 8, 8] w)")
+    f = _run(text)
+    atts = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert _fused(f) == fused
+    if fused:
+        assert [(a.cost.flops, a.cost.bytes) for a in atts] == [(FLOPS, BYTES)]
+    else:
+        assert atts == [] and "Softmax" in _ops(f)
+
+
 def test_training_keeps_each_op() -> None:
     # a trainable weight (a query projection) so that the step has something to train
     weights = "<float scale = {0.25}, float[16, 16] w = {0.0}>"

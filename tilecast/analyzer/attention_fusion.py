@@ -17,13 +17,13 @@ Pattern, every intermediate read by the next step alone (reshape views between t
 through): a batched MatMul, then optionally a Mul or Div by one value, up to two Adds (a
 position bias such as T5's, then a mask; any broadcast), a Where filling the scores outside
 a causal band or setting them to one value where a condition holds (``masked_fill``; the
-kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts, and a
-batched MatMul whose left operand is the probabilities. The transposes that lay out Q, K
-and V stay kernels (a fused op's export runs them too; a last-two swap is already folded
-into the GEMM, ``views.py``). A mask the graph builds as a bottom-right aligned causal one
-(causal.py reads how it was built) limits the kernel to the visible pairs, as an exported
-``is_causal`` op does; any other mask counts every pair. Inference only; eager PyTorch and
-a CUDA-graph replay run each op alone.
+kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts (and
+torch's NaN guard on them), and a batched MatMul whose left operand is the probabilities.
+The transposes that lay out Q, K and V stay kernels (a fused op's export runs them too; a
+last-two swap is already folded into the GEMM, ``views.py``). A mask the graph builds as a
+bottom-right aligned causal one (causal.py reads how it was built) limits the kernel to the
+visible pairs, as an exported ``is_causal`` op does; any other mask counts every pair.
+Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
 """
 
 from __future__ import annotations
@@ -82,6 +82,26 @@ class _Walk:
         self.next, seen = self.readers.through_views(self.y.name, self.out, self.views)
         self.read = seen or self.y
 
+    def nan_guard(self) -> bool:
+        """Take torch's guard on the probabilities, Where(IsNaN(p), 0, p) (SDPA's math path
+        zeroes fully masked rows): a fused kernel handles those rows itself."""
+        found = sorted(set(self.readers.at.get(self.read.name, [])))
+        if self.next is not None or len(found) != 2 or min(found) < 0:
+            return False
+        isnan, where = sorted(found, key=lambda j: self.out[j].node.op_type != "IsNaN")
+        nan, sel = self.out[isnan], self.out[where]
+        if not (costed(nan, "IsNaN") and costed(sel, "Where") and len(nan.node.outputs) == 1
+                and self.readers.sole(nan.node.outputs[0].name) == where):
+            return False
+        cond, fill, kept = sel.node.inputs
+        if cond.name != nan.node.outputs[0].name or kept is None or kept.name != self.read.name \
+                or fill is None or not fill.known or fill.numel != 1:
+            return False
+        self.members.append(isnan)
+        self.next = where
+        self.take()
+        return True
+
     def at(self, *op_types: str) -> bool:
         return self.next is not None and costed(self.out[self.next], *op_types) \
             and len(self.out[self.next].node.outputs) == 1
@@ -126,6 +146,9 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     if not w.at("Softmax") or _softmax_axis(out[w.next]) not in (-1, len(w.read.shape) - 1):
         return None
     w.take()
+    while w.at("Cast"):
+        w.take()
+    w.nan_guard()
     while w.at("Cast"):
         w.take()
     pv = w.next
