@@ -60,6 +60,11 @@ def _batched(r: NodeResult) -> bool:
             and len(r.node.inputs) == 2 and all(t is not None and t.known for t in r.node.inputs))
 
 
+def _one_value(t: TensorInfo | None) -> bool:
+    """A fill or scale of one element (any broadcast)."""
+    return t is not None and t.known and t.numel == 1
+
+
 def _softmax_axis(r: NodeResult) -> int:
     """Softmax's axis; before opset 13 the default 1 flattened everything after it."""
     return r.node.attr("axis", -1 if r.node.opset >= 13 else 1)
@@ -82,25 +87,24 @@ class _Walk:
         self.next, seen = self.readers.through_views(self.y.name, self.out, self.views)
         self.read = seen or self.y
 
-    def nan_guard(self) -> bool:
+    def nan_guard(self) -> None:
         """Take torch's guard on the probabilities, Where(IsNaN(p), 0, p) (SDPA's math path
         zeroes fully masked rows): a fused kernel handles those rows itself."""
         found = sorted(set(self.readers.at.get(self.read.name, [])))
         if self.next is not None or len(found) != 2 or min(found) < 0:
-            return False
+            return
         isnan, where = sorted(found, key=lambda j: self.out[j].node.op_type != "IsNaN")
         nan, sel = self.out[isnan], self.out[where]
         if not (costed(nan, "IsNaN") and costed(sel, "Where") and len(nan.node.outputs) == 1
                 and self.readers.sole(nan.node.outputs[0].name) == where):
-            return False
+            return
         cond, fill, kept = sel.node.inputs
-        if cond.name != nan.node.outputs[0].name or kept is None or kept.name != self.read.name \
-                or fill is None or not fill.known or fill.numel != 1:
-            return False
+        if cond is None or cond.name != nan.node.outputs[0].name or kept is None \
+                or kept.name != self.read.name or not _one_value(fill):
+            return
         self.members.append(isnan)
         self.next = where
         self.take()
-        return True
 
     def at(self, *op_types: str) -> bool:
         return self.next is not None and costed(self.out[self.next], *op_types) \
@@ -119,7 +123,7 @@ def _where(node: NodeView, scores: TensorInfo, causal: Mapping[str, CausalMask]
     if node.outputs[0].name in causal:
         return node.outputs[0], None
     cond, other = node.inputs[0], node.inputs[2 if values[0] == scores.name else 1]
-    if cond is None or not cond.known or other is None or not other.known or other.numel != 1:
+    if cond is None or not cond.known or not _one_value(other):
         return None
     return None, cond
 
@@ -130,7 +134,7 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     w.members.append(i)
     if w.at("Mul", "Div"):
         s = other_operand(out[w.next], w.read)
-        if s is not None and s.numel == 1 and (out[w.next].node.op_type == "Mul"
+        if _one_value(s) and (out[w.next].node.op_type == "Mul"
                                                 or out[w.next].node.inputs[0].name == w.read.name):
             w.take()
     masks: list[TensorInfo] = []
