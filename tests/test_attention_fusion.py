@@ -128,6 +128,49 @@ def test_the_nan_guard_on_the_probabilities_runs_in_the_kernel(guard, fused: int
         assert atts == [] and "Softmax" in _ops(f)
 
 
+# torch's SDPA decomposition as torch.onnx's dynamo exporter writes it: sqrt(scale) on Q and
+# on K^T before the product, and the boolean mask turned into 0 / -inf by a Where in every
+# layer, then added. The kernel folds both scales into its score scale and builds the mask
+# from the condition: it reads Q, K^T, V (4,096 bytes each) and the condition (16), as a
+# masked_fill does, and writes the output (4,096)
+SDPA = (PLAIN.replace("float[2, 1, 1, 8] m", "bool[2, 1, 1, 8] m")
+        .replace("<float scale = {0.25}>",
+                 "<float rs = {0.5}, float zero = {0.0}, float ninf = {-3.4e38}, "
+                 "float[16] dim = {1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, "
+                 "1.0, 1.0, 1.0, 1.0}, float[8] key = {0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0}>")
+        .replace("  s = MatMul(q, kt)\n  t = Mul(s, scale)\n  u = Add(t, m)",
+                 "  qs = Mul(q, rs)\n  ks = Mul(rs, kt)\n  s = MatMul(qs, ks)\n"
+                 "  a = Where(m, zero, ninf)\n  u = Add(s, a)"))
+
+
+def _outputs(text: str, *extra: str) -> str:
+    return text.replace("=> (float[2, 4, 8, 16] y)", "=> (" + ", ".join(
+        ("float[2, 4, 8, 16] y", *extra)) + ")")
+
+
+@pytest.mark.parametrize(("text", "ops", "fused", "bytes_"), [
+    # Mul q, Mul k, QK^T, Where, Add, Softmax: only K's transpose stays a kernel
+    (SDPA, ["Transpose", "Attention"], 6, 4 * 4096 + 16),
+    # the scaled Q is also an output: it is written, and the kernel reads it
+    (_outputs(SDPA, "float[2, 4, 8, 16] qs"), ["Transpose", "Mul", "Attention"], 5,
+     4 * 4096 + 16),
+    # the 0 / -inf mask is also an output: built once and read as floats (2 x 8 x 4 bytes)
+    (_outputs(SDPA, "float[2, 1, 1, 8] a"), ["Transpose", "Where", "Attention"], 5,
+     4 * 4096 + 64),
+    # a scale per channel is not one value, nor is a per-key bias selected in: both stay
+    # kernels, and the kernel reads the Where's floats
+    (SDPA.replace("qs = Mul(q, rs)", "qs = Mul(q, dim)")
+     .replace("Where(m, zero, ninf)", "Where(m, key, ninf)"),
+     ["Transpose", "Mul", "Where", "Attention"], 4, 4 * 4096 + 64),
+])
+def test_sdpa_scales_and_mask_run_in_the_kernel(text: str, ops: list[str], fused: int,
+                                                bytes_: int) -> None:
+    f = _run(text)
+    assert sorted(_ops(f)) == sorted(ops) and _fused(f) == fused
+    (att,) = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
+    assert (att.cost.flops, att.cost.bytes) == (FLOPS, bytes_)
+
+
 def test_training_keeps_each_op() -> None:
     # a trainable weight (a query projection) so that the step has something to train
     weights = "<float scale = {0.25}, float[16, 16] w = {0.0}>"

@@ -301,3 +301,26 @@ def test_a_compiled_engine_casts_its_weights_at_build(runtime, mode, weight_cast
     assert sum(n.startswith("x/") for n in casts) == 1  # the input is cast every pass
     folded = {z.reason: z.count for z in f.zero_cost_reasons}.get(FOLDED_WEIGHT_CAST, 0)
     assert folded == 2 - weight_casts
+
+
+# torch.onnx writes a parameter equal to another (zero-initialized biases, tied weights) as an
+# Identity of the one initializer it keeps: still a parameter, cast once per pass by autocast
+# and folded into an engine built in half, as the initializer itself is
+TIED = """
+<ir_version: 8, opset_import: ["" : 17]>
+g (float[64, 128] x) => (float[64, 128] y) <float[128, 128] w = {0.0}, float[128] b = {0.0}> {
+  b2 = Identity(b)
+  h = Gemm(x, w, b)
+  y = Gemm(h, w, b2)
+}"""
+
+
+@pytest.mark.parametrize("runtime, bias_casts", [("eager", 2), ("graph", 0)])
+def test_a_parameter_written_as_an_identity_is_a_weight(runtime, bias_casts):
+    f = tilecast.analyze(onnx.parser.parse_model(TIED), "a100-sxm4-40gb", predictor="roofline",
+                         math="amp-fp16", runtime=runtime)
+    casts = [k.kernel for k in f.kernels if k.kernel.op_type == "Cast"]
+    # b and b2 once each per pass (eager), w once; the activation x is cast every pass
+    assert sum(c.name.startswith(("b/", "b2/")) for c in casts) == bias_casts
+    assert [c.name for c in casts if c.name.startswith("b2/")] in ([], ["b2/autocast"])
+    assert sum(c.name.startswith("x/") for c in casts) == 1

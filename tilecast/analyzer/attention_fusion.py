@@ -14,8 +14,11 @@ and the softmax per score, reading Q, K, V and what is added once and writing th
 the (B, H, Sq, Skv) scores never reach DRAM.
 
 Pattern, every intermediate read by the next step alone (reshape views between them passed
-through): a batched MatMul, then optionally a Mul or Div by one value, up to two Adds (a
-position bias such as T5's, then a mask; any broadcast), a Where filling the scores outside
+through): a batched MatMul (Q and K each optionally scaled by one value just before it, as
+torch's SDPA decomposition writes sqrt(scale) on both), then optionally a Mul or Div by one
+value, up to two Adds (a position bias such as T5's, then a mask; any broadcast; a mask
+that only this Add reads and that a Where builds from a condition and two values is built in
+the kernel, which reads the condition), a Where filling the scores outside
 a causal band or setting them to one value where a condition holds (``masked_fill``; the
 kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts (and
 torch's NaN guard on them), and a batched MatMul whose left operand is the probabilities.
@@ -44,13 +47,22 @@ MAX_ADDED = 2
 
 
 @dataclass(frozen=True)
+class _Added:
+    """A tensor added to the scores (a mask, a position bias) and what the kernel reads for
+    it: the tensor, or the condition of the Where that built it from two values."""
+
+    tensor: TensorInfo
+    read: TensorInfo
+
+
+@dataclass(frozen=True)
 class _Chain:
     members: tuple[int, ...]  # nodes that become zero-cost (QK^T, scale, mask, casts, softmax)
     views: tuple[int, ...]  # reshape views between them
     pv: int  # the P @ V MatMul: it runs the fused kernel
-    q: TensorInfo
+    q: TensorInfo  # as the kernel reads it: before a scale folded into its score scale
     k: TensorInfo
-    masks: tuple[TensorInfo, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
+    masks: tuple[_Added, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
     filled: TensorInfo | None  # the scores filled outside a causal band (a Where step)
     selected: TensorInfo | None  # a Where's condition, read: masked_fill of any other mask
 
@@ -128,8 +140,42 @@ def _where(node: NodeView, scores: TensorInfo, causal: Mapping[str, CausalMask]
     return None, cond
 
 
+def _unscaled(t: TensorInfo, qk: int, w: _Walk, produced_at: Mapping[str, int]
+              ) -> TensorInfo:
+    """Q or K as the kernel reads it. A Mul (or Div) by one value that the first product
+    alone reads folds into the kernel's score scale, which then reads the unscaled tensor:
+    TensorRT's fused attention asks for the scale on Q or K, or sqrt(scale) on both, and
+    torch's SDPA decomposition writes the latter."""
+    p = produced_at.get(t.name)
+    if p is None or w.readers.sole(t.name) != qk or not costed(w.out[p], "Mul", "Div") \
+            or len(w.out[p].node.inputs) != 2:
+        return t
+    a, b = w.out[p].node.inputs
+    for x, s in ((a, b), (b, a)) if w.out[p].node.op_type == "Mul" else ((a, b),):
+        if _one_value(s) and x is not None and x.known and x.dtype == t.dtype \
+                and tuple(x.shape) == tuple(t.shape):
+            w.members.append(p)
+            return x
+    return t
+
+
+def _added(mask: TensorInfo, add: int, w: _Walk, produced_at: Mapping[str, int]) -> _Added:
+    """A mask added to the scores as the kernel reads it: one the add alone reads, built by
+    a Where of a condition and two values (torch's SDPA decomposition turns a boolean mask
+    into 0 / -inf that way, in every layer), is built in the kernel from the condition."""
+    p = produced_at.get(mask.name)
+    where = w.out[p] if p is not None and w.readers.sole(mask.name) == add else None
+    if where is None or not costed(where, "Where") or len(where.node.inputs) != 3:
+        return _Added(mask, mask)
+    cond, a, b = where.node.inputs
+    if cond is None or not cond.known or not (_one_value(a) and _one_value(b)):
+        return _Added(mask, mask)
+    w.members.append(p)
+    return _Added(mask, cond)
+
+
 def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
-           causal: Mapping[str, CausalMask]) -> _Chain | None:
+           causal: Mapping[str, CausalMask], produced_at: Mapping[str, int]) -> _Chain | None:
     w = _Walk(out, readers, out[i].node.outputs[0])
     w.members.append(i)
     if w.at("Mul", "Div"):
@@ -137,9 +183,9 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
         if _one_value(s) and (out[w.next].node.op_type == "Mul"
                                                 or out[w.next].node.inputs[0].name == w.read.name):
             w.take()
-    masks: list[TensorInfo] = []
+    masks: list[_Added] = []
     while len(masks) < MAX_ADDED and w.at("Add") and other_operand(out[w.next], w.read):
-        masks.append(other_operand(out[w.next], w.read))
+        masks.append(_added(other_operand(out[w.next], w.read), w.next, w, produced_at))
         w.take()
     filled, selected = None, None
     if w.at("Where") and (step := _where(out[w.next].node, w.read, causal)) is not None:
@@ -158,7 +204,7 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     pv = w.next
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
-    q, k = out[i].node.inputs
+    q, k = (_unscaled(t, i, w, produced_at) for t in out[i].node.inputs)
     return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled, selected)
 
 
@@ -189,11 +235,12 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     d = pv.cost.matmul
     if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
         return None
-    found = [causal.get(t.name) if t.shape is not None and tuple(t.shape[-2:]) == (qk.m, qk.n)
-             else None for t in c.masks]
+    found = [causal.get(a.tensor.name) if a.tensor.shape is not None
+             and tuple(a.tensor.shape[-2:]) == (qk.m, qk.n) else None for a in c.masks]
     bands = [causal[c.filled.name]] if c.filled is not None else []
     mask = next((f for f in (*bands, *found) if f is not None), None)
-    read = tuple(t for t, f in zip(c.masks, found, strict=True) if f is None or f.carries_values)
+    read = tuple(a.read for a, f in zip(c.masks, found, strict=True)
+                 if f is None or f.carries_values)
     read += (c.selected,) if c.selected is not None else ()
     node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read))
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
@@ -207,11 +254,12 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     attention kernel at its P @ V MatMul (module docstring). ``causal``: the graph's causal
     masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs."""
     readers = SoleReaders(results, graph_outputs)
+    produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     out = [_causal_op(r, causal or {}) for r in results]
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
-        c = _chain(i, out, readers, causal or {})
+        c = _chain(i, out, readers, causal or {}, produced_at)
         fused = _fused(r.cost.matmul, out[c.pv], c, causal or {}) if c is not None else None
         if fused is None:
             continue

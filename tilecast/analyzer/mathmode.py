@@ -29,11 +29,12 @@ built, as it folds batch norm into them (``fold_weight_casts``): no weight cast 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from ..device_db.device import Device
 from ..errors import TilecastError
 from .analysis import NodeResult
+from .params import FREE_VIEWS
 from .registry import REGISTRY, CostEntry
 from .types import DTYPES, Kernel, NodeView, TensorInfo
 
@@ -145,20 +146,32 @@ class _Rewriter:
     tensors: dict[str, TensorInfo]  # original name -> the tensor as autocast produces it
     weight_casts: dict[str, TensorInfo]
     out: list[NodeResult]
+    # a free view's output (an Identity, a Reshape) -> the initializer it shows: a parameter
+    # of the model all the same (torch.onnx writes a parameter equal to another as an
+    # Identity of it), cast once and read by the cast from the initializer
+    weights: dict[str, TensorInfo] = field(default_factory=dict)
 
     def cast(self, t: TensorInfo, to: str, consumer: NodeView, i: int) -> TensorInfo:
-        if t.is_initializer and to == self.half and t.name in self.weight_casts:
+        src = self.weights.get(t.name, t if t.is_initializer else None)
+        if src is not None and to == self.half and t.name in self.weight_casts:
             return self.weight_casts[t.name]  # autocast's cast cache
-        tag = "autocast" if t.is_initializer else f"autocast.{consumer.name}.{i}"
+        tag = "autocast" if src is not None else f"autocast.{consumer.name}.{i}"
         new = TensorInfo(f"{t.name}/{tag}", t.shape, to)
-        node = NodeView(f"{t.name}/{tag}", "Cast", "", (t,), (new,), {"to": _ONNX_ID[to]},
-                        consumer.opset)
+        node = NodeView(f"{t.name}/{tag}", "Cast", "", (src or t,), (new,),
+                        {"to": _ONNX_ID[to]}, consumer.opset)
         entry = REGISTRY.lookup("", "Cast", consumer.opset)
         assert isinstance(entry, CostEntry)
         self.out.append(NodeResult(node, "costed", entry.fn(node), AUTOCAST_REASON))
-        if t.is_initializer and to == self.half:
+        if src is not None and to == self.half:
             self.weight_casts[t.name] = new
         return new
+
+    def _view_of_weight(self, r: NodeResult, ins: Sequence[TensorInfo | None]) -> None:
+        x = ins[0] if ins else None
+        src = self.weights.get(x.name, x if x.is_initializer else None) if x else None
+        if src is not None and r.outcome == "zero" and r.node.op_type in FREE_VIEWS \
+                and not r.node.domain and len(r.node.outputs) == 1:
+            self.weights[r.node.outputs[0].name] = src
 
     def inputs(self, node: NodeView, to: str | None, from_dtype: str) -> tuple:
         ins = []
@@ -172,6 +185,7 @@ class _Rewriter:
     def rewrite(self, r: NodeResult) -> None:
         node = r.node
         key, ins0 = _key(node), [self.tensors.get(t.name, t) if t else None for t in node.inputs]
+        self._view_of_weight(r, ins0)
         if any(t is not None and t.dtype == "float64" for t in ins0):
             policy, compute = "keep", None
         elif key in LOWER:
