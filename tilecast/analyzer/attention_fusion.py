@@ -22,8 +22,9 @@ the kernel, which reads the condition), a Where filling the scores outside
 a causal band or setting them to one value where a condition holds (``masked_fill``; the
 kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts (and
 torch's NaN guard on them), and a batched MatMul whose left operand is the probabilities.
-The transposes that lay out Q, K and V stay kernels (a fused op's export runs them too; a
-last-two swap is already folded into the GEMM, ``views.py``). A mask the graph builds as a
+The Split and transposes that lay out Q, K, V and the output are read and written in
+place by the kernel where they keep the head dim contiguous (``attention_layout.py``; the
+fused node records ``k_transposed``: its K is the first product's K^T). A mask the graph builds as a
 bottom-right aligned causal one (causal.py reads how it was built) limits the kernel to the
 visible pairs, as an exported ``is_causal`` op does; any other mask counts every pair.
 Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
@@ -242,7 +243,8 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     read = tuple(a.read for a, f in zip(c.masks, found, strict=True)
                  if f is None or f.carries_values)
     read += (c.selected,) if c.selected is not None else ()
-    node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read))
+    node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read),
+                   attrs={**pv.node.attrs, "k_transposed": 1})  # K^T: attention_layout.py
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
                   window=mask.window if mask is not None else 0)
     return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * len(read), {})

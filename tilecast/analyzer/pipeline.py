@@ -14,6 +14,7 @@ from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
 from .attention_fusion import fuse_attention
+from .attention_layout import read_in_place
 from .epilogues import fuse_epilogues
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, OpReason
@@ -129,6 +130,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
         results = fuse_attention(fold_weight_casts(results), graph.outputs,
                                  graph.causal_masks)
+        results = read_in_place(results, graph.outputs)
         results = fuse_epilogues(results, graph.outputs)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)

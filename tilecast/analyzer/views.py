@@ -13,6 +13,11 @@ consumers read strided operands; where one needs contiguous memory the copy is r
   leading dimension, transposed or not (the op(A)/op(B) flag). So a last-two-dims swap
   (``k.transpose(-1, -2)``) is free, and ``permute(0, 2, 1, 3)`` is free only at batch 1
   (otherwise matmul's reshape copies it: kept costed, it stands for that copy).
+- Transposes feeding an ONNX ``Attention`` (an SDPA export) as Q, K or V with the head dim
+  last: PyTorch's fused SDPA kernels read strided heads (``_sdpa_reads_in_place``), and
+  the ``transpose(1, 2)`` of their output: flash and memory-efficient attention write
+  (B, S, H, D) and return it as a (B, H, S, D) view, so the transpose back is contiguous
+  and the model's ``contiguous()`` / ``reshape`` copy nothing.
 - Split/Slice along the last dim feeding GEMMs, Reshape (GPT-2's ``view`` of each q/k/v
   chunk), Transpose or elementwise ops (TensorIterator takes any strides).
 - Everything else (Concat, Reshape of a permuted tensor, graph outputs) stays a copy.
@@ -22,7 +27,9 @@ TensorRT buffer is dense, ONNX Runtime runs Transpose/Split/Slice as kernels), w
 exception every one of them makes: a Transpose that swaps the last two dims and feeds only
 GEMMs is folded into the GEMM's operand flag (XLA's ``TransposeFolding`` pass, ONNX Runtime's
 ``MatmulTransposeFusion`` for its CUDA and ROCm providers, TensorRT's matrix-multiply operand
-``kTRANSPOSE``). A permute of the batch dims stays a kernel there, at any batch.
+``kTRANSPOSE``). A permute of the batch dims stays a kernel there, at any batch, except
+around a fused attention kernel, which reads and writes its heads in place
+(``attention_layout.py``).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ from .analysis import NodeResult
 
 VIEW_TRANSPOSE = "view: cuBLAS reads the operand transposed (op(A)/op(B) flag of the GEMM)"
 VIEW_SPLIT = "view: eager PyTorch splits/slices the last dim as a strided view"
+VIEW_SDPA_OUT = "view: PyTorch's SDPA writes (B, S, H, D); the transpose back reads it as is"
 FOLDED_TRANSPOSE = "folded into the GEMM: the graph compiler reads the operand transposed"
 MATMULS = frozenset({("", "MatMul"), ("", "Gemm"), ("com.microsoft", "FusedMatMul")})
 STRIDED_OK = MATMULS | frozenset(("", op) for op in (
@@ -86,10 +94,11 @@ def _transpose_chain(r: NodeResult, shape: tuple[int, ...], perm: list[int],
     chain = [id(r)]
     for u in users:
         key = (u.node.domain, u.node.op_type)
-        if key in MATMULS and _gemm_reads_in_place(shape, perm):
+        if key in MATMULS and _gemm_reads_in_place(shape, perm) \
+                or key == ("", "Attention") and _sdpa_reads_in_place(r, u, perm):
             continue
         inner = u.node.attr("perm")
-        if key != ("", "Transpose") or not _is_perm(inner, len(perm)) or u.outcome != "costed":
+        if key != ("", "Transpose") or not is_perm(inner, len(perm)) or u.outcome != "costed":
             return None
         sub = _transpose_chain(u, shape, [perm[p] for p in inner], consumers, graph_outputs)
         if sub is None:
@@ -98,16 +107,39 @@ def _transpose_chain(r: NodeResult, shape: tuple[int, ...], perm: list[int],
     return chain
 
 
+def _sdpa_reads_in_place(r: NodeResult, u: NodeResult, perm: Sequence[int]) -> bool:
+    """Does ONNX Attention ``u`` read r's output as Q, K or V with the head dim still
+    contiguous? PyTorch's SDPA kernels (flash, memory-efficient) take any strides but a unit
+    one on the last dim, and transpose (B, H, S, D) back to their own (B, S, H, D) as a view."""
+    out = r.node.outputs[0].name
+    slots = [i for i, t in enumerate(u.node.inputs) if t is not None and t.name == out]
+    return bool(slots) and max(slots) < 3 and perm[-1] == len(perm) - 1
+
+
+def _sdpa_outputs(results: Sequence[NodeResult]) -> set[str]:
+    """ONNX Attention outputs, and reshapes of them that keep their shape (an exporter's
+    ``view`` back to the same dims)."""
+    found: set[str] = set()
+    for r in results:
+        x = r.node.inputs[0] if r.node.inputs else None
+        same = r.node.op_type == "Reshape" and x is not None and x.name in found \
+            and x.shape is not None and r.node.outputs[0].shape == x.shape
+        if (r.node.op_type == "Attention" and r.outcome == "costed" or same) \
+                and not r.node.domain and r.node.outputs:
+            found.add(r.node.outputs[0].name)
+    return found
+
+
 def _transpose_root(r: NodeResult) -> tuple[tuple[int, ...], list[int]] | None:
     x, perm = (r.node.inputs[0] if r.node.inputs else None), r.node.attr("perm")
     if (r.node.op_type != "Transpose" or r.node.domain or r.outcome != "costed" or x is None
             or x.shape is None or -1 in x.shape or len(x.shape) < 2
-            or not _is_perm(perm, len(x.shape))):
+            or not is_perm(perm, len(x.shape))):
         return None
     return tuple(x.shape), list(perm)
 
 
-def _is_perm(perm: object, rank: int) -> bool:
+def is_perm(perm: object, rank: int) -> bool:
     """A valid permutation of the rank's axes (a malformed graph's attribute may not be)."""
     return isinstance(perm, (list, tuple)) and sorted(perm) == list(range(rank))
 
@@ -128,9 +160,13 @@ def eager_views(results: Sequence[NodeResult],
                 graph_outputs: frozenset[str] = frozenset()) -> tuple[NodeResult, ...]:
     """Zero-cost (with the reason) the Transpose/Split/Slice nodes eager PyTorch runs as views."""
     consumers = _consumers(results)
+    sdpa_out = _sdpa_outputs(results)
     views: dict[int, str] = {}
     for r in results:  # graph order: a chain's first Transpose is seen before the rest
         root = None if id(r) in views else _transpose_root(r)
+        if root and r.node.inputs[0].name in sdpa_out and root[1] == [0, 2, 1, 3]:
+            views[id(r)] = VIEW_SDPA_OUT
+            continue
         chain = _transpose_chain(r, *root, consumers, graph_outputs) if root else None
         views.update(dict.fromkeys(chain or (), VIEW_TRANSPOSE))
         users = _users(r, consumers, graph_outputs) if _last_dim_slice(r) else None
