@@ -24,7 +24,7 @@ PLAIN = HEAD + """  t = Mul(s, scale)
   p = Softmax <axis = -1> (u)
   y = MatMul(p, v)
 }"""
-# softmax in fp32 around a 16-bit graph, as Hugging Face's Llama writes it
+# the casts Hugging Face's Llama writes around its softmax (here to the fp32 it has: no-ops)
 CASTS = HEAD + """  t = Mul(s, scale)
   u = Add(t, m)
   h = Cast <to = 1> (u)
@@ -57,7 +57,9 @@ def _fused(f) -> int:
     return sum(z.count for z in f.zero_cost_reasons if z.reason == FUSED_ATTENTION)
 
 
-@pytest.mark.parametrize(("text", "members"), [(PLAIN, 4), (CASTS, 6)])
+# CASTS: both casts are to the fp32 the graph already has, so they copy nothing
+# (cast_fusion.drop_noop_casts) and the chain walks past them as views
+@pytest.mark.parametrize(("text", "members"), [(PLAIN, 4), (CASTS, 4)])
 def test_graph_runtime_runs_eager_attention_as_one_kernel(text: str, members: int) -> None:
     f = _run(text)
     assert "Softmax" not in _ops(f) and _ops(f).count("Attention") == 1
@@ -66,7 +68,7 @@ def test_graph_runtime_runs_eager_attention_as_one_kernel(text: str, members: in
     assert (att.cost.flops, att.cost.bytes) == (FLOPS, BYTES)
     mm = att.cost.matmul
     assert (mm.b, mm.m, mm.n, mm.k) == (8, 8, 8, 16)
-    assert _fused(f) == members  # QK^T, scale, mask add, softmax (and the two casts)
+    assert _fused(f) == members  # QK^T, scale, mask add, softmax
 
 
 @pytest.mark.parametrize("runtime", ["eager", "cudagraph"])

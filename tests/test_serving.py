@@ -236,7 +236,8 @@ def test_graph_serving_fuses_the_residual_adds_into_their_gemms(monkeypatch) -> 
     # The same forecast with the epilogue fusion turned off: both phases read the residuals
     # back as adds of their own, so they take longer.
     fused = analyze_serving(gpt2_like(**GPT), "h100", generate=8, runtime="graph")
-    monkeypatch.setattr("tilecast.serving.api.fuse_epilogues", lambda results, outputs: results)
+    monkeypatch.setattr("tilecast.analyzer.pipeline.fuse_epilogues",
+                        lambda results, outputs: results)
     apart = analyze_serving(gpt2_like(**GPT), "h100", generate=8, runtime="graph")
     assert fused.prefill_ms < apart.prefill_ms and fused.tpot_ms < apart.tpot_ms
 
@@ -253,7 +254,8 @@ def test_a_decode_steps_kernels_under_the_in_graph_floor_are_counted(monkeypatch
     if runtime == "eager":
         assert f.graph_floor is None and doc is None
         return
-    assert f.graph_floor.kernels > 10 and 0 < f.graph_floor.ms < f.decode[0].latency_ms
+    # graph: 6 (its attention reads and writes the heads in place), cudagraph: 20
+    assert f.graph_floor.kernels >= 6 and 0 < f.graph_floor.ms < f.decode[0].latency_ms
     assert doc["kernels"] == f.graph_floor.kernels
     assert doc["ms"] == pytest.approx(f.graph_floor.ms, rel=1e-5)
     assert f"graph floor: {f.graph_floor.kernels:,} kernels" in render_serving(f, "table")

@@ -30,10 +30,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
-from .analysis import NodeResult, readers_of
-from .costs.zero import VIEW
-from .epilogues import costed
-from .fusion import METADATA_READERS
+from .analysis import NodeResult
+from .epilogues import DataReaders, costed
 from .types import NodeView
 from .views import is_perm
 
@@ -60,29 +58,12 @@ def _keeps(node: NodeView, axis: int) -> bool:
     return perm is not None and perm[axis] == len(perm) - 1
 
 
-class _Readers:
-    """The nodes that read a tensor's elements (shape queries left out)."""
-
-    def __init__(self, results: Sequence[NodeResult], graph_outputs: Iterable[str]) -> None:
-        self.out = results
-        self.at = {name: [i for i in found if i < 0 or results[i].node.op_type
-                          not in METADATA_READERS] for name, found in
-                   readers_of(results, graph_outputs).items()}
-
-    def sole(self, name: str) -> int | None:
-        only = self.at.get(name, [])
-        return only[0] if len(only) == 1 and only[0] >= 0 else None
-
-    def past_views(self, name: str) -> int | None:
-        """The one data reader of ``name`` past reshape views."""
-        j = self.sole(name)
-        while j is not None and self.out[j].outcome == "zero" and self.out[j].reason == VIEW \
-                and len(self.out[j].node.outputs) == 1:
-            j = self.sole(self.out[j].node.outputs[0].name)
-        return j
+def _past_views(readers: DataReaders, out: Sequence[NodeResult], name: str) -> int | None:
+    """The one data reader of ``name`` past reshape views."""
+    return readers.through_views(name, list(out), [])[0]
 
 
-def _in_place(results: list[NodeResult], readers: _Readers, produced_at: dict[str, int],
+def _in_place(results: list[NodeResult], readers: DataReaders, produced_at: dict[str, int],
               i: int, slots: dict[int, int]) -> set[int]:
     """The Transposes attention kernel ``i`` reads or writes in place."""
     found: set[int] = set()
@@ -94,18 +75,18 @@ def _in_place(results: list[NodeResult], readers: _Readers, produced_at: dict[st
                 and _keeps(results[p].node, axis):
             found.add(p)
     y = node.outputs[0] if node.outputs else None
-    j = readers.past_views(y.name) if y is not None and y.shape else None
+    j = _past_views(readers, results, y.name) if y is not None and y.shape else None
     if j is not None and costed(results[j], "Transpose") and _keeps(results[j].node, -1) \
             and tuple(results[j].node.inputs[0].shape[-1:]) == tuple(y.shape[-1:]):
         found.add(j)  # a view that regroups the head dim would move what "last" means
     return found
 
 
-def _strided_split(results: list[NodeResult], readers: _Readers, r: NodeResult,
+def _strided_split(results: list[NodeResult], readers: DataReaders, r: NodeResult,
                    kernels: set[int], absorbed: set[int]) -> bool:
     """Does every part of Split ``r`` reach an absorbed Transpose or a kernel's input?"""
     return costed(r, "Split") and bool(r.node.outputs) and all(
-        t is not None and readers.past_views(t.name) in absorbed | kernels
+        t is not None and _past_views(readers, results, t.name) in absorbed | kernels
         for t in r.node.outputs)
 
 
@@ -115,7 +96,7 @@ def read_in_place(results: Sequence[NodeResult], graph_outputs: Iterable[str] = 
     docstring). A kernel is an ``Attention`` node: a fused eager chain (``fuse_attention``,
     K^T as its second input) or an ONNX Attention op."""
     out = list(results)
-    readers = _Readers(out, graph_outputs)
+    readers = DataReaders(out, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(out) for t in r.node.outputs}
     kernels = {i for i, r in enumerate(out) if costed(r, "Attention")}
     absorbed: set[int] = set()

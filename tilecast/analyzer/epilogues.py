@@ -33,7 +33,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult, readers_of
-from .costs.zero import VIEW
+from .costs.zero import PASS_THROUGH
+from .fusion import METADATA_READERS
 from .types import TensorInfo
 
 FUSED_EPILOGUE = "fused into a Conv or GEMM epilogue (graph runtime)"
@@ -107,12 +108,22 @@ class SoleReaders:
         back to 3-D: the same elements), collecting the views' indices in ``views``; and the
         tensor that reader reads."""
         j, y = self.sole(name), None
-        while j is not None and out[j].outcome == "zero" and out[j].reason == VIEW \
+        while j is not None and out[j].outcome == "zero" and out[j].reason in PASS_THROUGH \
                 and len(out[j].node.outputs) == 1:
             views.append(j)
             y = out[j].node.outputs[0]
             j = self.sole(y.name)
         return j, y
+
+
+class DataReaders(SoleReaders):
+    """Who reads each tensor's elements: shape queries (``Shape``, ``Size``) read none, so
+    they do not keep a tensor alive for a kernel that would otherwise write it in place."""
+
+    def __init__(self, results: Sequence[NodeResult], graph_outputs: Iterable[str]) -> None:
+        super().__init__(results, graph_outputs)
+        self.at = {name: [i for i in found if i < 0 or results[i].node.op_type
+                          not in METADATA_READERS] for name, found in self.at.items()}
 
 
 def _chain(i: int, out: list[NodeResult], readers: SoleReaders, produced_at: dict[str, int],

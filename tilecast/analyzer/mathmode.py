@@ -23,7 +23,8 @@ cast once per weight and forward pass (autocast's cast cache holds leaf tensors 
 grad for the autocast region). In training the backward derives from the rewritten graph, so
 every cast gets its gradient cast and the fp32 master weights their accumulation. A compiled
 inference engine (``--runtime graph``) holds its weights as constants, cast once when it is
-built, as it folds batch norm into them (``fold_weight_casts``): no weight cast runs per pass.
+built, as it folds batch norm into them (``fold_weight_casts``): no weight cast runs per pass,
+and the kernel producing an activation writes its casts (``cast_fusion.fuse_casts``).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
 from .attention_fusion import fuse_attention
 from .attention_layout import read_in_place
+from .cast_fusion import drop_noop_casts, fuse_casts
 from .epilogues import fuse_epilogues
 from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, OpReason
@@ -69,6 +70,16 @@ def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
     else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
         results = graph_views(results, outputs)
     return mark_weight_operands(results)
+
+
+def compile_inference(results: Sequence[NodeResult], graph: Graph) -> tuple[NodeResult, ...]:
+    """What a graph runtime fuses at inference: each eager attention chain into one kernel
+    that reads and writes its heads in place, residual adds and activations into GEMM and
+    conv epilogues, and a cast into the row or elementwise kernel producing its input
+    (after the epilogues: a GEMM's epilogue may take that kernel first)."""
+    results = read_in_place(fuse_attention(results, graph.outputs, graph.causal_masks),
+                            graph.outputs)
+    return fuse_casts(fuse_epilogues(results, graph.outputs), graph.outputs)
 
 
 def node_kernels(results: Sequence[NodeResult]) -> list[Kernel]:
@@ -126,12 +137,9 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     compiled = runtime == "graph" and mode == "inference"
     if compiled:
         results = fold_batchnorm(results, graph.outputs)
-    results = apply_autocast(results, math)
+    results = drop_noop_casts(apply_autocast(results, math))  # after: autocast sets dtypes
     if compiled:  # after autocast: an epilogue reads its operand at the dtype it then has
-        results = fuse_attention(fold_weight_casts(results), graph.outputs,
-                                 graph.causal_masks)
-        results = read_in_place(results, graph.outputs)
-        results = fuse_epilogues(results, graph.outputs)
+        results = compile_inference(fold_weight_casts(results), graph)
     kernels = group_kernels(graph, results) if fusion else node_kernels(results)
     kernels = expand_steps(results, kernels)
     if mode == "training":

@@ -10,6 +10,7 @@ from dataclasses import replace
 import onnx
 
 from ..analyzer.analysis import NodeResult
+from ..analyzer.cast_fusion import drop_noop_casts
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
@@ -155,7 +156,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     check_math(math, cl.device)
     pred = resolve_predictor(predictor)
     proto, graph, results = _graph(model, dims, runtime)
-    results = apply_autocast(results, math)
+    results = drop_noop_casts(apply_autocast(results, math))
     s = recognize(results)
     warnings = list(s.warnings)
     moe, plan = _check_structure(results, s, layout, layers, graph.name or str(model))

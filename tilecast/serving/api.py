@@ -9,12 +9,17 @@ from dataclasses import dataclass
 import onnx
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.attention_fusion import fuse_attention
-from ..analyzer.epilogues import fuse_epilogues
+from ..analyzer.cast_fusion import drop_noop_casts
 from ..analyzer.forecast import below_graph_floor
 from ..analyzer.graph import build_graph, load_model
 from ..analyzer.native import select_backend
-from ..analyzer.pipeline import group_kernels, node_kernels, prepare, resolve_predictor
+from ..analyzer.pipeline import (
+    compile_inference,
+    group_kernels,
+    node_kernels,
+    prepare,
+    resolve_predictor,
+)
 from ..analyzer.predictor import Predictor, predict_checked
 from ..analyzer.runtime import apply_runtime, check_runtime
 from ..analyzer.steps import expand_steps
@@ -120,10 +125,9 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     # A graph runtime runs each eager attention chain as one fused kernel and a GEMM's
     # residual add and activation in its epilogue; the structure is recognized on the
     # unfused nodes, and a fused kernel keeps its library node's name.
-    costed = results
+    costed = drop_noop_casts(results)
     if runtime == "graph":
-        costed = fuse_epilogues(fuse_attention(results, graph.outputs, graph.causal_masks),
-                                graph.outputs)
+        costed = compile_inference(costed, graph)
     kernels = select_backend(expand_steps(costed, group_kernels(graph, costed) if fusion
                                           else node_kernels(costed)), "graph", runtime)
     return _Decoder(label, results, s, attention, tuple(kernels),

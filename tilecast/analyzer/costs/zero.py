@@ -5,6 +5,10 @@ from __future__ import annotations
 from ..registry import REGISTRY
 
 VIEW = "a view: changes shape metadata, the data stays where it is"
+NOOP_CAST = "a cast to the dtype its input has: no copy (PyTorch's .to() returns the tensor)"
+# Zero-cost nodes whose output holds their input's elements as they lie: a fusion pass
+# walks past them (epilogues.py, attention_fusion.py, cast_fusion.py)
+PASS_THROUGH = frozenset({VIEW, NOOP_CAST})
 ZERO_COST: dict[str, str] = {
     "Reshape": VIEW,
     "Flatten": VIEW,
