@@ -58,9 +58,9 @@ def _keeps(node: NodeView, axis: int) -> bool:
     return perm is not None and perm[axis] == len(perm) - 1
 
 
-def _past_views(readers: DataReaders, out: Sequence[NodeResult], name: str) -> int | None:
+def _past_views(readers: DataReaders, out: list[NodeResult], name: str) -> int | None:
     """The one data reader of ``name`` past reshape views."""
-    return readers.through_views(name, list(out), [])[0]
+    return readers.through_views(name, out, [])[0]
 
 
 def _in_place(results: list[NodeResult], readers: DataReaders, produced_at: dict[str, int],

@@ -122,9 +122,9 @@ def _decoder(model, dims: Mapping[str, int] | None, runtime: str, fusion: bool) 
     label = graph.name if isinstance(model, onnx.ModelProto) else str(model)
     attention = tuple(b for b in s.blocks if b.kind == "attention" and b.core)
     _check(results, attention, s.lm_head, label)
-    # A graph runtime runs each eager attention chain as one fused kernel and a GEMM's
-    # residual add and activation in its epilogue; the structure is recognized on the
-    # unfused nodes, and a fused kernel keeps its library node's name.
+    # A cast to the dtype a tensor has is no kernel; a graph runtime fuses what
+    # ``compile_inference`` says (attention chains, epilogues, casts). The structure is
+    # recognized on the unfused nodes, and a fused kernel keeps its library node's name.
     costed = drop_noop_casts(results)
     if runtime == "graph":
         costed = compile_inference(costed, graph)
