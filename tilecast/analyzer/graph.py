@@ -25,6 +25,7 @@ from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
 from .weightless import load_weightless, strip_proto
+from .zero_bias import inputs_without_zero_bias, zero_vectors
 
 CONTROL_FLOW = ("If", "Loop", "Scan", "SequenceMap")
 
@@ -167,9 +168,10 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     values: dict[str, TensorInfo] = {t.name: _initializer_info(t)
                                      for t in model.graph.initializer}
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    zeros = zero_vectors(model)
     nodes = []
     for i, node in enumerate(model.graph.node):
-        nodes.append(_node_view(node, i, values, known, unbound, opsets))
+        nodes.append(_node_view(node, i, values, known, unbound, opsets, zeros))
     g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.get(vi.name), unbound)
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
@@ -189,9 +191,10 @@ def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],
 
 def _node_view(node: onnx.NodeProto, index: int, values: dict[str, TensorInfo],
                known: Mapping[str, Any], unbound: dict[str, str],
-               opsets: Mapping[str, int]) -> NodeView:
-    ins = tuple(_lookup(n, values, known, unbound) if n else None for n in node.input)
-    outs = tuple(_lookup(n, values, known, unbound) for n in node.output)
+               opsets: Mapping[str, int], zeros: frozenset[str] = frozenset()) -> NodeView:
     domain = "" if node.domain == "ai.onnx" else node.domain
+    ins = tuple(_lookup(n, values, known, unbound) if n else None
+                for n in inputs_without_zero_bias(node, domain, zeros))
+    outs = tuple(_lookup(n, values, known, unbound) for n in node.output)
     return NodeView(node.name or f"{node.op_type}_{index}", node.op_type, domain, ins, outs,
                     _attrs(node), opsets.get(domain, 0))

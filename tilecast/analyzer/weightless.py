@@ -7,6 +7,8 @@ tensors keep their data: shape arithmetic (Reshape targets, Slice bounds, scalar
 A dropped matrix that may be a folded attention mask (a mask's dtype, every leading dim 1) has
 four of its elements read, and all of them if those look like a mask's; a band mask is kept
 as a tag in the tensor's ``doc_string`` (band_values.py), inline or in an external data file.
+So is a dropped float vector whose bytes are all zero (``ZEROS_TAG``): torch.onnx writes a
+Conv that has no bias with an all-zero bias initializer (zero_bias.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ MASK_DTYPES = {onnx.TensorProto.FLOAT: np.dtype(np.float32),
                onnx.TensorProto.BOOL: np.dtype(np.bool_),
                onnx.TensorProto.UINT8: np.dtype(np.uint8)}
 MASK_SCAN_BYTES = 64 << 20
+ZEROS_TAG = "tilecast:zeros"
+# Vectors up to this size are read to see whether they are all zero: a bias of 262,144 fp32
+# channels, far past any conv's or linear's.
+ZERO_SCAN_BYTES = 1 << 20
+FLOAT_DTYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                          onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE})
 # TensorProto fields holding data: float_data, int32_data, string_data, int64_data, raw_data,
 # double_data, uint64_data (onnx.proto3 field numbers).
 TENSOR_DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
@@ -136,11 +144,23 @@ def _tensor(buf: memoryview, start: int, end: int) -> bytes:
             raw = (v, stop)
     keep = KEEP_INDEX_BYTES if dtype in INDEX_DTYPES else KEEP_BYTES
     out = _rewrite(buf, start, end, dict.fromkeys(TENSOR_DATA_FIELDS), keep)
-    band = None
+    tag = None
     if raw is not None and raw[1] - raw[0] > keep:
-        band = _band(lambda a, n: bytes(buf[raw[0] + a:raw[0] + a + n]), dims, dtype,
-                     raw[1] - raw[0])
-    return out if band is None else out + _delimited(TENSOR_DOC_STRING, encode(band).encode())
+        tag = _tag(lambda a, n: bytes(buf[raw[0] + a:raw[0] + a + n]), dims, dtype,
+                   raw[1] - raw[0])
+    return out if tag is None else out + _delimited(TENSOR_DOC_STRING, tag.encode())
+
+
+def _tag(read: Callable[[int, int], bytes], dims: list[int], dtype: int | None, length: int
+         ) -> str | None:
+    """What a dropped tensor's ``doc_string`` keeps of its values: a band mask's band, or
+    ``ZEROS_TAG`` for a float vector of zeros; None for anything else."""
+    if len(dims) == 1 and dtype in FLOAT_DTYPES and length <= ZERO_SCAN_BYTES:
+        data = read(0, length)  # a short external file is no evidence of zeros
+        zeros = len(data) == length and not np.frombuffer(data, np.uint8).any()
+        return ZEROS_TAG if zeros else None
+    band = _band(read, dims, dtype, length)
+    return None if band is None else encode(band)
 
 
 def _band(read: Callable[[int, int], bytes], dims: list[int], dtype: int | None, length: int
@@ -161,15 +181,17 @@ def _band(read: Callable[[int, int], bytes], dims: list[int], dtype: int | None,
     return band_of(_widen(values, dtype))
 
 
-def tag_external_masks(model: onnx.ModelProto, base: Path) -> None:
+def tag_external_values(model: onnx.ModelProto, base: Path) -> None:
     """Tag the initializers stored in an external data file next to the model whose values
-    are a band mask, as ``_tensor`` tags inline ones. A file that is missing, outside the
-    model's folder or short leaves its tensors untagged (they then count every pair)."""
+    are a band mask or a vector of zeros, as ``_tensor`` tags inline ones. A file that is
+    missing, outside the model's folder or short leaves its tensors untagged (a mask then
+    counts every pair, a zero bias is read as a bias)."""
     root = base.resolve()
     with ExitStack() as files:
         opened: dict[Path, BinaryIO | None] = {}
         for t in model.graph.initializer:
-            if t.data_location != onnx.TensorProto.EXTERNAL or t.data_type not in MASK_DTYPES:
+            if t.data_location != onnx.TensorProto.EXTERNAL or (
+                    t.data_type not in MASK_DTYPES and t.data_type not in FLOAT_DTYPES):
                 continue
             info = {e.key: e.value for e in t.external_data}
             try:
@@ -179,12 +201,12 @@ def tag_external_masks(model: onnx.ModelProto, base: Path) -> None:
                     inside = path.is_relative_to(root) and path.is_file()
                     opened[path] = files.enter_context(open(path, "rb")) if inside else None
                 fh = opened[path]
-                band = None if fh is None else _band(_reader(fh, offset), list(t.dims),
-                                                      t.data_type, length)
+                tag = None if fh is None else _tag(_reader(fh, offset), list(t.dims),
+                                                    t.data_type, length)
             except (KeyError, ValueError, OSError):
                 continue
-            if band is not None:
-                t.doc_string = encode(band)
+            if tag is not None:
+                t.doc_string = tag
 
 
 def _reader(fh: BinaryIO, offset: int) -> Callable[[int, int], bytes]:
@@ -237,7 +259,7 @@ def load_weightless(path: Path) -> onnx.ModelProto:
                 model = strip_bytes(view)
             finally:
                 view.release()
-    tag_external_masks(model, path.parent)
+    tag_external_values(model, path.parent)
     return model
 
 
