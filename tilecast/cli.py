@@ -62,8 +62,9 @@ main.add_command(sweep)
               help="Exit 2 when the forecast is incomplete (unsupported or unshaped ops).")
 @output_options(("table", "json", "csv", "markdown", "svg"))
 def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fusion: bool,
-            predictor: str, math: str | None, runtime: str | None, optimizer: str, top: int,
-            strict: bool, fmt: str, output: str | None, **parallel: Any) -> None:
+            predictor: str, math: str | None, runtime: str | None, memory_format: str | None,
+            optimizer: str, top: int, strict: bool, fmt: str, output: str | None,
+            **parallel: Any) -> None:
     """Forecast one inference pass (or training step) of MODEL, an ONNX file, on a GPU,
     or one training step on a cluster with --parallel.
 
@@ -74,6 +75,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
       tilecast analyze model.onnx --device "NVIDIA A100 80GB PCIe" --format json -o f.json
       tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math tf32 --runtime graph
       tilecast analyze model-fp32.onnx -d h100-sxm --math amp-bf16
+      tilecast analyze resnet50-fp32.onnx -d a100-sxm4-40gb --math amp-fp16 \
+        --memory-format channels-last
       tilecast analyze gpt.onnx --mode training --parallel dp=2,tp=4,pp=1 --cluster dgx-a100
       tilecast analyze gpt-fp32.onnx --mode training --parallel dp=8 --cluster dgx-h100 \
         --math amp-bf16
@@ -93,7 +96,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
         write_output(run_parallel(model, device=device, dims=dims, mode=mode,
                                   predictor=predictor, optimizer=optimizer, fmt=fmt,
                                   runtime=runtime or "eager", fusion=fusion,
-                                  math=math or "graph", **parallel),
+                                  math=math or "graph", memory_format=memory_format or "nchw",
+                                  **parallel),
                      output)
         return
     if not device:
@@ -102,7 +106,8 @@ def analyze(model: str, device: str | None, dims: dict[str, int], mode: str, fus
     from .report import render
 
     forecast = run(model, device, mode=mode, fusion=fusion, dims=dims, predictor=predictor,
-                   optimizer=optimizer, math=math or "graph", runtime=runtime or "eager")
+                   optimizer=optimizer, math=math or "graph", runtime=runtime or "eager",
+                   memory_format=memory_format or "nchw")
     write_output(render(forecast, fmt, top), output)
     if strict and forecast.incomplete:
         fail(f"--strict: the forecast is incomplete: {sum(forecast.unsupported.values())} "
@@ -333,15 +338,15 @@ def collect(out_dir: Path, ops: str, dtypes: str, shapes: str, per_op: int, repe
 @click.pass_context
 def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
             dims: dict[str, int], mode: str, fusion: bool, predictor: str, math: str | None,
-            runtime: str | None, optimizer: str, threshold: str, top: int, fmt: str,
-            output: str | None) -> None:
+            runtime: str | None, memory_format: str | None, optimizer: str, threshold: str,
+            top: int, fmt: str, output: str | None) -> None:
     """Compare the forecasts of BASE and NEW; exit 1 when a device slows down by more than
     --threshold, 2 for bad input.
 
     BASE and NEW are ONNX files or saved forecasts (`tilecast analyze --format json`, or a
     `tilecast gate` baseline). With a saved side, --predictor default follows its predictor
-    when it is roofline, and --dim, --math and --runtime default to its own; forecasts made
-    under different math modes or runtimes are not compared (exit 2).
+    when it is roofline, and --dim, --math, --runtime and --memory-format default to its own;
+    forecasts made under different ones are not compared (exit 2).
 
     \b
     Example:
@@ -356,7 +361,7 @@ def compare(ctx: click.Context, base: str, new: str, devices: tuple[str, ...],
     result = run_compare(base, new, devices or None, mode=mode, threshold=threshold,
                          fusion=fusion, dims=dims, optimizer=optimizer, top=top,
                          predictor=None if predictor == "default" else predictor,
-                         math=math, runtime=runtime)
+                         math=math, runtime=runtime, memory_format=memory_format)
     for warning in result.warnings:
         click.echo(f"Warning: {warning}", err=True)
     write_output(render([(None, result)], fmt), output)

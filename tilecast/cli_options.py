@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from .analyzer.mathmode import MATH_MODES
-from .analyzer.runtime import RUNTIMES
+from .analyzer.runtime import MEMORY_FORMATS, RUNTIMES
 from .errors import TilecastError
 
 # Exit statuses (docs/reliability.md): 0 ok, 1 a regression (compare, gate), 2 bad input or
@@ -145,13 +145,20 @@ _RUNTIME_HELP = ("eager (per-kernel host dispatch; default), cudagraph (torch.cu
                  "BN folded into Conv, adds and ReLU / GELU in Conv and GEMM epilogues, eager "
                  "attention as one fused attention kernel; add --fusion for their fusion of "
                  "the other elementwise chains).")
+_LAYOUT_OPTION = click.option(
+    "--memory-format", type=click.Choice(MEMORY_FORMATS), default=None,
+    help="The layout PyTorch keeps activations in: nchw (default; an ONNX Conv's) or "
+         "channels-last (model.to(memory_format=torch.channels_last), TensorFlow's NHWC): "
+         "tensor-core convs then run without cuDNN's layout transposes. The graph runtime "
+         "picks NHWC itself.")
 _DIM_HELP = "Bind a graph input dim (repeatable), e.g. --dim batch=8; every other dim is derived."
 model_options = _model_options(
     click.option("--dim", "dims", multiple=True, callback=parse_dims, metavar="NAME=N",
                  help=_DIM_HELP),
     *_MODE_OPTIONS,
     click.option("--math", type=click.Choice(MATH_MODES), default=None, help=_MATH_HELP),
-    click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help=_RUNTIME_HELP))
+    click.option("--runtime", type=click.Choice(RUNTIMES), default=None, help=_RUNTIME_HELP),
+    _LAYOUT_OPTION)
 # tilecast sweep: lists of dim values, math modes and runtimes
 grid_model_options = _model_options(
     click.option("--dim", "dims", multiple=True, callback=parse_dim_grid,
@@ -162,7 +169,8 @@ grid_model_options = _model_options(
     click.option("--math", callback=parse_choices(MATH_MODES), metavar="MODE[,MODE...]",
                  help=_MATH_HELP + " Several: a row each."),
     click.option("--runtime", callback=parse_choices(RUNTIMES), metavar="RUNTIME[,...]",
-                 help=_RUNTIME_HELP + " Several: a row each."))
+                 help=_RUNTIME_HELP + " Several: a row each."),
+    _LAYOUT_OPTION)
 
 
 def parallel_options(fn: Callable) -> Callable:

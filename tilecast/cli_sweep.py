@@ -37,7 +37,8 @@ def _devices(values: tuple[str, ...]) -> list[str]:
 @output_options(("table", "json", "csv", "markdown", "svg"))
 def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]], mode: str,
           fusion: bool, predictor: str, math: tuple[str, ...] | None,
-          runtime: tuple[str, ...] | None, optimizer: str, fmt: str, output: str | None) -> None:
+          runtime: tuple[str, ...] | None, memory_format: str | None, optimizer: str, fmt: str,
+          output: str | None) -> None:
     """Forecast MODEL on several GPUs, math modes, runtimes and input sizes, a row each: total
     time, speedup over the first row at the same sizes, samples/s (with a dim named like
     batch) and where the time goes.
@@ -47,6 +48,8 @@ def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]]
       tilecast sweep model.onnx -d t4,l4,a100-80gb,h100
       tilecast sweep model.onnx -d l4,h100 --dim batch=1,8,32,128 --runtime graph
       tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math graph,tf32,amp-fp16
+      tilecast sweep resnet50-fp32.onnx -d t4,a100-sxm4-40gb --math amp-fp16 \
+        --memory-format channels-last
       tilecast sweep llama.onnx -d h100,mi300x --runtime eager,cudagraph --format markdown
       tilecast sweep model.onnx -d l4 -d h100 --mode training --optimizer adam --format csv
       tilecast sweep model.onnx -d t4,l4,h100 --dim batch=1,8,32,128 --format svg -o s.svg
@@ -55,5 +58,6 @@ def sweep(model: str, devices: tuple[str, ...], dims: dict[str, tuple[int, ...]]
     from .sweep import sweep as run
 
     result = run(model, _devices(devices), dims, mode=mode, fusion=fusion, predictor=predictor,
-                 optimizer=optimizer, math=math or ("graph",), runtime=runtime or ("eager",))
+                 optimizer=optimizer, math=math or ("graph",), runtime=runtime or ("eager",),
+                 memory_format=memory_format or "nchw")
     write_output(render_sweep(result, fmt), output)

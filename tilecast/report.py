@@ -23,7 +23,8 @@ ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
                     FUSED_ATTENTION: "in a fused attention kernel"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
-              "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime")
+              "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime",
+              "memory_format")
 MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 tensor cores",
              "tf32-conv": "fp32 convs on TF32 tensor cores, matmuls in fp32 (PyTorch 1.12+)",
              "amp-fp16": "autocast to float16, casts costed",
@@ -31,7 +32,11 @@ MATH_TEXT = {"graph": "the graph's dtypes", "tf32": "fp32 matmul/conv on TF32 te
 RUNTIME_TEXT = {"eager": f"host queue: per-op dispatch as measured (learned predictor) or "
                          f"{HOST_DISPATCH_US:g} us per kernel",
                 "graph": f"CUDA-graph style, {GRAPH_KERNEL_LAUNCH_US:g} us per kernel, "
-                         "BN folded, scale/add/activation in Conv and GEMM epilogues at inference"}
+                         "BN folded, scale/add/activation in Conv and GEMM epilogues at inference",
+                "cudagraph": f"torch.cuda.graphs replay of the eager kernels, "
+                             f"{GRAPH_KERNEL_LAUNCH_US:g} us per kernel"}
+LAYOUT_TEXT = {"nchw": "cuDNN's NCHW <-> NHWC transposes around tensor-core convs costed",
+               "channels-last": "tensor-core convs run without layout transposes"}
 
 
 def human(n: float, unit: str = "") -> str:
@@ -55,6 +60,17 @@ def _flag(k: KernelForecast) -> str:
     return ("!" if k.kernel.cost.estimated else "") + ("*" if k.extrapolated else "")
 
 
+def _layout_line(f: Forecast) -> list[str]:
+    """The memory format, where it can matter: a model with convs under a PyTorch runtime
+    (the graph runtime's compiler picks NHWC itself), or when the user chose channels-last."""
+    convs = any(k.kernel.family == "conv" for k in f.kernels)
+    if f.memory_format == "nchw" and not (convs and f.runtime != "graph"):
+        return []
+    text = ("the compiler picks NHWC for tensor-core convs" if f.runtime == "graph"
+            else LAYOUT_TEXT.get(f.memory_format, "?"))
+    return [f"layout     {f.memory_format} ({text})"]
+
+
 def _header_lines(f: Forecast) -> list[str]:
     d = f.device
     units = "CUs" if d.vendor == "amd" else "SMs"  # AMD's name for its compute units
@@ -66,6 +82,7 @@ def _header_lines(f: Forecast) -> list[str]:
              f"mode       {mode}",
              f"math       {f.math} ({MATH_TEXT.get(f.math, '?')})",
              f"runtime    {f.runtime} ({RUNTIME_TEXT.get(f.runtime, '?')})",
+             *_layout_line(f),
              f"predictor  {f.predictor}",
              f"total      {f.total_ms:.3f} ms over {len(f.kernels)} kernels "
              f"({f.node_count} nodes)"]
@@ -207,7 +224,7 @@ def render_csv(f: Forecast) -> str:
     for k in f.kernels:
         row = k.to_dict()
         row["nodes"] = ";".join(row["nodes"])
-        row["math"], row["runtime"] = f.math, f.runtime
+        row["math"], row["runtime"], row["memory_format"] = f.math, f.runtime, f.memory_format
         w.writerow(row)
     return buf.getvalue()
 

@@ -181,6 +181,7 @@ class Forecast:
     unshaped_from: str = ""  # the node where shape propagation stopped (analysis.unshaped_root)
     unsupported_reasons: tuple[OpReason, ...] = ()
     band_level: float | None = None  # the predictor's error-band level (None: no bands)
+    memory_format: str = "nchw"  # PyTorch's activation layout assumed (analyzer/runtime.py)
 
     @property
     def incomplete(self) -> bool:
@@ -268,7 +269,7 @@ class Forecast:
         return {
             "schema": SCHEMA_VERSION, "tilecast_version": __version__, "model": self.model,
             "device": self.device.name, "mode": self.mode, "predictor": self.predictor,
-            "math": self.math, "runtime": self.runtime,
+            "math": self.math, "runtime": self.runtime, "memory_format": self.memory_format,
             "fusion": self.fusion, "dims": dict(sorted(self.dims.items())),
             "total_ms": _r(self.total_ms),
             "by_phase": {p: _r(v) for p, v in self.by_phase.items()},
@@ -320,6 +321,7 @@ class Forecast:
             unsupported_reasons=_reasons(data, "unsupported_reasons", origin),
             # Forecasts written before math modes and runtimes existed assumed these.
             math=str(data.get("math", "graph")), runtime=str(data.get("runtime", "eager")),
+            memory_format=str(data.get("memory_format", "nchw")),  # written since stop 64
             unshaped=dict(data.get("unshaped") or {}),
             unshaped_from=str(data.get("unshaped_from", "")),
             band_level=_band_level(data, origin),

@@ -57,10 +57,11 @@ def forecast_schema() -> dict[str, Any]:
     top = record_schema(Forecast, sample, hints=hints, required=FORECAST_REQUIRED)
     kernel["properties"]["phase"]["enum"] = list(PHASES)
     from .mathmode import MATH_MODES
-    from .runtime import RUNTIMES
+    from .runtime import MEMORY_FORMATS, RUNTIMES
 
     top["properties"]["math"]["enum"] = list(MATH_MODES)
     top["properties"]["runtime"]["enum"] = list(RUNTIMES)
+    top["properties"]["memory_format"]["enum"] = list(MEMORY_FORMATS)
     top["properties"]["dims"]["additionalProperties"] = {"type": "integer", "exclusiveMinimum": 0}
     top["properties"].update(schema={"const": SCHEMA_VERSION},
                              kernels={"type": "array", "items": kernel})

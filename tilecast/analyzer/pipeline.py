@@ -115,18 +115,21 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
             device: str | os.PathLike[str] | Device, *, mode: str = "inference",
             fusion: bool = False, dims: Mapping[str, int] | None = None,
             predictor: str | os.PathLike[str] | Predictor | None = None,
-            optimizer: str = "none", math: str = "graph", runtime: str = "eager") -> Forecast:
+            optimizer: str = "none", math: str = "graph", runtime: str = "eager",
+            memory_format: str = "nchw") -> Forecast:
     """Forecast the latency of one inference pass (or training step) of ``model`` on ``device``.
 
     ``math``: graph (the graph's dtypes), tf32, tf32-conv, amp-fp16 or amp-bf16 (see
-    ``tilecast.analyzer.mathmode``); ``runtime``: eager or graph (``analyzer.runtime``).
+    ``tilecast.analyzer.mathmode``); ``runtime``: eager, cudagraph or graph
+    (``analyzer.runtime``); ``memory_format``: nchw or channels-last, the layout PyTorch keeps
+    the activations in (channels-last: no layout transposes around tensor-core convs).
 
     >>> f = analyze("examples/tiny_mlp.onnx", "l4", predictor="roofline")  # doctest: +SKIP
     >>> round(f.total_ms, 3)  # doctest: +SKIP
     """
     if mode not in MODES:
         raise TilecastError(f"unknown mode {mode!r}: choose one of {', '.join(MODES)}")
-    check_runtime(runtime)
+    check_runtime(runtime, memory_format)
     dev = device if isinstance(device, Device) else load_device(device)
     check_math(math, dev)
     pred = resolve_predictor(predictor)
@@ -148,7 +151,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         kernels = training_kernels(graph, results, kernels, optimizer=optimizer)
     kernels = tf32_kernels(kernels, math)
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
-    preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels)
+    preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels,
+                          memory_format)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped,
                               p.band) for k, p in zip(kernels, preds, strict=True))
     return Forecast(
@@ -160,6 +164,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
         unsupported_reasons=outcome_reasons(results, "unsupported"),
         fusion=fusion, dims=dict(dims or {}), node_count=node_count,
         zero_cost_reasons=outcome_reasons(results, "zero"), math=math, runtime=runtime,
+        memory_format=memory_format,
         band_level=getattr(pred, "band_level", None),  # a predictor with error bands
     )
 

@@ -27,6 +27,15 @@ predictor:
   H100 ResNet-50 bf16 replay runs 106 batch-norm kernels, 8.6 of its 27.5 ms at batch 256
   (datasets/h100-sxm5-80gb/traces).
 
+The memory format (``eager`` and ``cudagraph``; :data:`MEMORY_FORMATS`): cuDNN's tensor-core
+convs run on NHWC, so on NCHW activations PyTorch launches a transpose kernel for each of a
+conv's tensors (``Prediction.layout_ms``). Channels-last activations need none: of our H100's
+channels-last rows (datasets/h100-sxm5-80gb, kernels/nvidia/train/conv*) 443 of 449 forward
+convs, 84 of 86 data and 85 of 86 weight gradients launch no ``nchwToNhwc`` / ``nhwcToNchw``
+kernel (the rest: 3-channel stems and a 5x5 32-group SIMT fallback), where 247 of 466 NCHW
+forward rows do; a 3x3 conv on 1 x 64 x 14 x 14 replayed in 10.97 us NCHW, 5.55
+channels-last. The other kernels are forecast as NCHW ones.
+
 Under every runtime a queued kernel's own work (its GPU time less the per-launch part) is at
 least :func:`lone_kernel_ms`: a DRAM round trip for its loads and another for its stores to
 complete, at the shortest ``Device.dram_latency_ns`` sourced for the vendor (NVIDIA 253.8 ns,
@@ -53,6 +62,11 @@ from .predictor import Prediction
 from .types import Kernel
 
 RUNTIMES = ("eager", "graph", "cudagraph")
+# The memory format PyTorch keeps a conv net's activations in: ``nchw`` (its default, and what
+# an ONNX Conv states) or ``channels-last`` (``model.to(memory_format=torch.channels_last)``,
+# which PyTorch's performance-tuning guide recommends for convnets under AMP; TensorFlow /
+# Keras keeps NHWC by default). An exported graph is NCHW whichever ran, so the user says.
+MEMORY_FORMATS = ("nchw", "channels-last")
 # The runtimes that run PyTorch's eager kernels (a CUDA-graph replay captures exactly those):
 # views stay views and model-code activation chains stay their ops (views.py, activations.py).
 PYTORCH_RUNTIMES = frozenset({"eager", "cudagraph"})
@@ -78,9 +92,12 @@ FOLLOW_ON_SHARE = LAUNCH_CALL_US / HOST_DISPATCH_US
 FOLDED_BN = "folded into Conv (graph runtime)"
 
 
-def check_runtime(runtime: str) -> None:
+def check_runtime(runtime: str, memory_format: str = "nchw") -> None:
     if runtime not in RUNTIMES:
         raise TilecastError(f"unknown runtime {runtime!r}: choose one of {', '.join(RUNTIMES)}")
+    if memory_format not in MEMORY_FORMATS:
+        raise TilecastError(f"unknown memory format {memory_format!r}: choose one of "
+                            f"{', '.join(MEMORY_FORMATS)}")
 
 
 def predictor_launch_ms(device: Device) -> float:
@@ -108,10 +125,11 @@ def lone_kernel_ms(device: Device) -> float:
     return 0.0 if ns is None else 2.0 * ns * 1e-6
 
 
-def _eager(preds: Sequence[Prediction], device: Device,
-           follow_on: Sequence[bool]) -> list[Prediction]:
+def _eager(preds: Sequence[Prediction], device: Device, follow_on: Sequence[bool],
+           nhwc: bool) -> list[Prediction]:
     """The host queue (module docstring): a queued kernel pays its work and the GPU's
-    inter-kernel gap, one the GPU waits for pays the launch latency after its dispatch."""
+    inter-kernel gap, one the GPU waits for pays the launch latency after its dispatch.
+    ``nhwc``: the activations are channels-last, so no layout transposes run."""
     out, end, issued = [], 0.0, 0.0
     launch, gap = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
     floor = lone_kernel_ms(device)
@@ -119,7 +137,7 @@ def _eager(preds: Sequence[Prediction], device: Device,
         host = p.host_ms if p.host_ms is not None else HOST_DISPATCH_US * 1e-3
         issued += host * FOLLOW_ON_SHARE if inner else host
         start = max(end + gap, issued + launch)
-        new_end = start + _busy_ms(p, launch, floor)
+        new_end = start + _busy_ms(p, launch, floor, p.layout_ms if nhwc else 0.0)
         waited = issued > end  # the GPU sat idle for the host
         bound = "overhead" if waited and issued - end >= p.latency_ms else p.bound
         out.append(replace(p, latency_ms=new_end - end, bound=bound))
@@ -127,25 +145,29 @@ def _eager(preds: Sequence[Prediction], device: Device,
     return out
 
 
-def _graph(preds: Sequence[Prediction], device: Device, compiled: bool) -> list[Prediction]:
-    """One launch for the pass; ``compiled`` (the ``graph`` runtime) also picks NHWC layouts
-    for tensor-core convs, so cuDNN's NCHW <-> NHWC transposes (``layout_ms``) are not run."""
+def _graph(preds: Sequence[Prediction], device: Device, nhwc: bool) -> list[Prediction]:
+    """One launch for the pass; ``nhwc``: tensor-core convs run on NHWC activations (the
+    ``graph`` runtime's compiler picks that layout, or the user's model is channels-last), so
+    cuDNN's NCHW <-> NHWC transposes (``layout_ms``) are not run."""
     launch, graph_launch = predictor_launch_ms(device), GRAPH_KERNEL_LAUNCH_US * 1e-3
     floor = lone_kernel_ms(device)
-    return [replace(p, latency_ms=_busy_ms(p, launch, floor, p.layout_ms if compiled else 0.0)
+    return [replace(p, latency_ms=_busy_ms(p, launch, floor, p.layout_ms if nhwc else 0.0)
                     + graph_launch)
             for p in preds]
 
 
 def apply_runtime(preds: Sequence[Prediction], device: Device, runtime: str,
-                  kernels: Sequence[Kernel] | None = None) -> list[Prediction]:
+                  kernels: Sequence[Kernel] | None = None,
+                  memory_format: str = "nchw") -> list[Prediction]:
     """Kernel GPU times (in launch order) -> the time each adds to the pass under ``runtime``.
-    ``kernels``, the predicted kernels, say which are follow-on launches (eager only)."""
-    check_runtime(runtime)
+    ``kernels``, the predicted kernels, say which are follow-on launches (eager only);
+    ``memory_format`` (:data:`MEMORY_FORMATS`): the activations' layout under PyTorch."""
+    check_runtime(runtime, memory_format)
+    nhwc = memory_format == "channels-last" or runtime == "graph"
     if runtime == "eager":
         inner = [k.follow_on for k in kernels] if kernels is not None else [False] * len(preds)
-        return _eager(preds, device, inner)
-    return _graph(preds, device, compiled=runtime == "graph")
+        return _eager(preds, device, inner, nhwc)
+    return _graph(preds, device, nhwc)
 
 
 def fold_batchnorm(results: Sequence[NodeResult],

@@ -63,6 +63,7 @@ class Settings:
     optimizer: str = "none"
     math: str = "graph"
     runtime: str = "eager"
+    memory_format: str = "nchw"
 
 
 def forecast_on(side: Side, device: Device, s: Settings) -> Forecast:
@@ -76,7 +77,7 @@ def forecast_on(side: Side, device: Device, s: Settings) -> Forecast:
         assert side.model is not None and s.predictor is not None
         f = analyze(side.model, device, mode=s.mode, fusion=s.fusion, dims=s.dims or None,
                     predictor=s.predictor, optimizer=s.optimizer, math=s.math,
-                    runtime=s.runtime)
+                    runtime=s.runtime, memory_format=s.memory_format)
     side.cache[key] = f
     return f
 
@@ -110,17 +111,21 @@ def _devices(spec: DeviceSpec | Sequence[DeviceSpec] | None, sides: Sequence[Sid
 
 def _settings(sides: Sequence[Side], mode: str, fusion: bool, dims: Mapping[str, int] | None,
               predictor: str | os.PathLike[str] | Predictor | None, optimizer: str,
-              math: str | None = None, runtime: str | None = None) -> Settings:
+              math: str | None = None, runtime: str | None = None,
+              memory_format: str | None = None) -> Settings:
     saved = [f for side in sides if side.saved for f in side.saved.forecasts.values()]
     if predictor is None and saved and all(f.predictor == "roofline" for f in saved):
         predictor = "roofline"  # follow a roofline baseline rather than switch predictors
     if not dims and saved:
         dims = saved[0].dims  # analyze the model as the baseline was analyzed
-    # Unless told otherwise, forecast the model under the baseline's math mode and runtime.
+    # Unless told otherwise, forecast the model under the baseline's math mode, runtime and
+    # memory format.
     math = math or (saved[0].math if saved else "graph")
     runtime = runtime or (saved[0].runtime if saved else "eager")
+    memory_format = memory_format or (saved[0].memory_format if saved else "nchw")
     pred = resolve_predictor(predictor) if any(s.model is not None for s in sides) else None
-    return Settings(mode, fusion, dict(dims or {}), pred, optimizer, math, runtime)
+    return Settings(mode, fusion, dict(dims or {}), pred, optimizer, math, runtime,
+                    memory_format)
 
 
 def _warnings(base: Side, new: Side, s: Settings) -> list[str]:
@@ -147,8 +152,9 @@ def _check_predictors(base: Side, new: Side, fb: Forecast, fn: Forecast) -> None
         raise ConfigError(
             f"{base.label} was forecast with predictor {fb.predictor!r} and {new.label} with "
             f"{fn.predictor!r}: pass the same --predictor to both, or refresh the baseline")
-    for what, flag in (("math", "--math"), ("runtime", "--runtime")):
-        b, n = getattr(fb, what), getattr(fn, what)
+    for attr, flag in (("math", "--math"), ("runtime", "--runtime"),
+                       ("memory_format", "--memory-format")):
+        b, n, what = getattr(fb, attr), getattr(fn, attr), attr.replace("_", " ")
         if b != n:
             raise ConfigError(
                 f"{base.label} was forecast with {what} {b!r} and {new.label} with {n!r}: "
@@ -161,10 +167,11 @@ def compare_sides(base: Side, new: Side, devices: DeviceSpec | Sequence[DeviceSp
                   fusion: bool = False, dims: Mapping[str, int] | None = None,
                   predictor: str | os.PathLike[str] | Predictor | None = None,
                   optimizer: str = "none", top: int = 10, math: str | None = None,
-                  runtime: str | None = None) -> Comparison:
+                  runtime: str | None = None, memory_format: str | None = None) -> Comparison:
     limit = parse_threshold(threshold)
     devs = _devices(devices, (base, new))
-    s = _settings((base, new), mode, fusion, dims, predictor, optimizer, math, runtime)
+    s = _settings((base, new), mode, fusion, dims, predictor, optimizer, math, runtime,
+                  memory_format)
     results = []
     for dev in devs:
         fb, fn = forecast_on(base, dev, s), forecast_on(new, dev, s)
@@ -179,7 +186,7 @@ def compare(base: Source, new: Source, devices: DeviceSpec | Sequence[DeviceSpec
             dims: Mapping[str, int] | None = None,
             predictor: str | os.PathLike[str] | Predictor | None = None,
             optimizer: str = "none", top: int = 10, math: str | None = None,
-            runtime: str | None = None) -> Comparison:
+            runtime: str | None = None, memory_format: str | None = None) -> Comparison:
     """Compare the forecasts of ``base`` and ``new`` on each device.
 
     ``base`` and ``new`` are each an ONNX path or ``ModelProto`` (analyzed here), or a saved
@@ -188,10 +195,11 @@ def compare(base: Source, new: Source, devices: DeviceSpec | Sequence[DeviceSpec
     the saved side's when it is roofline, else the default predictor; ``dims`` default to the
     saved side's. ``threshold`` is ``"5%"``-style or ``"2ms"``-style; a device regresses when
     ``new`` is slower than ``base`` by more than it. ``top``: kernel changes kept per device.
-    ``math`` / ``runtime`` default to the saved side's (else graph / eager); forecasts made
-    under different math modes or runtimes raise ``ConfigError``.
+    ``math`` / ``runtime`` / ``memory_format`` default to the saved side's (else graph /
+    eager / nchw); forecasts made under different ones raise ``ConfigError``.
     """
     limit = parse_threshold(threshold)  # bad text fails before any analysis
     return compare_sides(open_side(base), open_side(new), devices, mode=mode,
                          threshold=limit, fusion=fusion, dims=dims, predictor=predictor,
-                         optimizer=optimizer, top=top, math=math, runtime=runtime)
+                         optimizer=optimizer, top=top, math=math, runtime=runtime,
+                         memory_format=memory_format)

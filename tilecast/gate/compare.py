@@ -111,11 +111,14 @@ class DeviceComparison(_Delta):
     new_kernels: int = 0
     math: str = "graph"  # both sides' (the caller refuses to compare different ones)
     runtime: str = "eager"
+    memory_format: str = "nchw"
 
     @property
     def setting(self) -> str:
-        """``math graph, eager runtime``: what both forecasts assumed."""
-        return f"math {self.math}, {self.runtime} runtime"
+        """``math graph, eager runtime``: what both forecasts assumed (the memory format
+        where it is channels-last)."""
+        layout = "" if self.memory_format == "nchw" else f", {self.memory_format}"
+        return f"math {self.math}, {self.runtime} runtime{layout}"
 
     @property
     def direction(self) -> str:
@@ -134,7 +137,8 @@ class DeviceComparison(_Delta):
     def to_dict(self) -> dict[str, Any]:
         return {
             "device": self.device, "mode": self.mode, "math": self.math,
-            "runtime": self.runtime, "base_ms": _r(self.base_ms),
+            "runtime": self.runtime, "memory_format": self.memory_format,
+            "base_ms": _r(self.base_ms),
             "new_ms": _r(self.new_ms), "delta_ms": _r(self.delta_ms),
             "change_pct": _json_pct(self.change_pct), "threshold": self.threshold.text,
             "regressed": self.regressed, "base_kernels": self.base_kernels,
@@ -219,4 +223,5 @@ def compare_forecasts(base: Forecast, new: Forecast, threshold: Threshold,
         threshold=threshold, regressed=threshold.exceeded(base_ms, new_ms),
         by_family=_by_family(b, n), top=tuple(moved[:top]), added=added, removed=removed,
         renamed=sum(c.status == "renamed" for c in paired), base_kernels=len(b),
-        new_kernels=len(n), math=new.math, runtime=new.runtime)
+        new_kernels=len(n), math=new.math, runtime=new.runtime,
+        memory_format=new.memory_format)

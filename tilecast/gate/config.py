@@ -15,7 +15,7 @@ from typing import Any
 
 from ..analyzer.mathmode import MATH_MODES
 from ..analyzer.pipeline import MODES
-from ..analyzer.runtime import RUNTIMES
+from ..analyzer.runtime import MEMORY_FORMATS, RUNTIMES
 from ..analyzer.training import OPTIMIZERS
 from ..device_db import Device, load_device
 from ..errors import ConfigError, DeviceError
@@ -24,7 +24,8 @@ from .threshold import Threshold, parse_threshold
 CONFIG_NAMES = ("tilecast.toml", "pyproject.toml")
 DEFAULT_BASELINE_DIR = ".tilecast"
 # Keys a model and the top level share; a model's value overrides the top level's.
-SHARED_KEYS = ("devices", "mode", "threshold", "fusion", "optimizer", "dims", "math", "runtime")
+SHARED_KEYS = ("devices", "mode", "threshold", "fusion", "optimizer", "dims", "math", "runtime",
+               "memory_format")
 TOP_KEYS = frozenset({*SHARED_KEYS, "models", "predictor", "baseline_dir", "top"})
 EXPORT_KEYS: dict[str, type] = {"batch": int, "seq": int, "task": str, "dtype": str,
                                 "attn": str, "layers": int}
@@ -49,6 +50,7 @@ class ModelSpec:
     optimizer: str = "none"
     math: str = "graph"
     runtime: str = "eager"
+    memory_format: str = "nchw"
 
 
 @dataclass(frozen=True)
@@ -174,6 +176,8 @@ def _model(data: Any, i: int, top: _Table, baseline_dir: str) -> ModelSpec:
         optimizer=_choice(t if "optimizer" in data else top, "optimizer", OPTIMIZERS),
         math=_choice(t if "math" in data else top, "math", MATH_MODES),
         runtime=_choice(t if "runtime" in data else top, "runtime", RUNTIMES),
+        memory_format=_choice(t if "memory_format" in data else top, "memory_format",
+                              MEMORY_FORMATS),
     )
 
 

@@ -81,7 +81,7 @@ def _gate_model(config: GateConfig, spec: ModelSpec, workdir: Path) -> Compariso
     return compare_sides(base, new, spec.devices, mode=spec.mode, threshold=spec.threshold,
                          fusion=spec.fusion, dims=spec.dims, predictor=config.predictor,
                          optimizer=spec.optimizer, top=config.top, math=spec.math,
-                         runtime=spec.runtime)
+                         runtime=spec.runtime, memory_format=spec.memory_format)
 
 
 def _in_model(name: str, exc: TilecastError) -> TilecastError:
@@ -122,7 +122,7 @@ def _baseline(config: GateConfig, spec: ModelSpec, workdir: Path,
     forecasts = [dataclasses.replace(
         analyze(model, dev, mode=spec.mode, fusion=spec.fusion, dims=spec.dims or None,
                 predictor=predictor, optimizer=spec.optimizer, math=spec.math,
-                runtime=spec.runtime), model=label)
+                runtime=spec.runtime, memory_format=spec.memory_format), model=label)
         for dev in spec.devices]
     return baseline_text(forecasts, label, model_inputs(model))
 

@@ -126,7 +126,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
                      optimizer: str = "adam", layers: int | None = None,
                      clip_grad: bool = True, fusion: bool = False,
                      fused_optimizer: bool = True, runtime: str = "eager",
-                     loss: bool = True, math: str = "graph") -> ParallelForecast:
+                     loss: bool = True, math: str = "graph",
+                     memory_format: str = "nchw") -> ParallelForecast:
     """Forecast one training step of ``model`` (its graph batch is one microbatch) on
     ``layout.gpus`` GPUs of ``cluster``. ``layers`` repeats the graph's first transformer
     layer up to that many layers (export a model with few layers, forecast the full depth;
@@ -138,7 +139,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     ``fused_optimizer`` forecasts the optimizer step as multi-tensor kernels (Megatron-LM's
     apex FusedAdam, PyTorch's default foreach Adam on CUDA): the same bytes as one kernel per
     parameter without a launch and a partly filled GPU per small tensor. ``runtime`` (eager or
-    graph) issues each rank's kernels as ``tilecast analyze --runtime`` does. ``loss`` adds
+    graph) issues each rank's kernels as ``tilecast analyze --runtime`` does, on
+    ``memory_format`` activations (``--memory-format``). ``loss`` adds
     Megatron-LM's vocabulary-parallel cross entropy after the LM head (``loss.py``).
     ``math`` runs an fp32 graph as ``tilecast analyze --math`` does (analyzer.mathmode):
     ``tf32`` on TF32 tensor cores (``tf32-conv``: its convs only), ``amp-fp16`` / ``amp-bf16``
@@ -149,7 +151,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     >>> f = analyze_parallel("gpt2.onnx", Layout(dp=2, tp=2), cluster="dgx-a100")  # doctest: +SKIP
     >>> f.step_ms, [r.bubble_ms for r in f.ranks]  # doctest: +SKIP
     """
-    check_runtime(runtime)
+    check_runtime(runtime, memory_format)
     cl = load_cluster(cluster)
     if device is not None:
         cl = replace(cl, device=load_device(device))
@@ -173,7 +175,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
-    preds = apply_runtime(predict_checked(pred, kernels, cl.device), cl.device, runtime, kernels)
+    preds = apply_runtime(predict_checked(pred, kernels, cl.device), cl.device, runtime, kernels,
+                          memory_format)
     kf = [KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated)
           for k, p in zip(kernels, preds, strict=True)]
     internal = fused_internal(results, groups, frozenset(graph.outputs))
@@ -203,7 +206,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         runtime=runtime, experts=max((g.experts for g in moe), default=0),
         sequence=min((sequence_length(results, b) for b in s.blocks
                       if b.kind == "attention" and b.core), default=0),
-        peak_tflops=gemm_peak_tflops(kernels, cl.device), math=math)
+        peak_tflops=gemm_peak_tflops(kernels, cl.device), math=math,
+        memory_format=memory_format)
 
 
 def _update_dtype(results: Sequence[NodeResult], kernels: Sequence[Kernel]) -> str:

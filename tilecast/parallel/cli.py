@@ -22,7 +22,7 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
                  recompute: str | None, virtual_stages: int = 1, runtime: str = "eager",
                  fusion: bool = False, overlap_grad_reduce: bool = True,
                  cp_comm: str | None = None, train_tokens: str | None = None,
-                 math: str = "graph") -> str:
+                 math: str = "graph", memory_format: str = "nchw") -> str:
     """``recompute`` None: none for one layout; ``auto`` takes the least that fits.
     ``cp_comm`` None: the ring for one layout; ``auto`` tries the ring and the all-to-all.
     ``train_tokens`` (e.g. 300B): add the whole run at each layout's step (``run.py``)."""
@@ -46,7 +46,8 @@ def run_parallel(model: str, *, device: str | None, dims: Mapping[str, int], mod
     def run(layout: Layout):
         return analyze_parallel(model, layout, cluster=cl, device=device, dims=dims,
                                 predictor=predictor, optimizer=optimizer, layers=layers,
-                                runtime=runtime, fusion=fusion, math=math)
+                                runtime=runtime, fusion=fusion, math=math,
+                                memory_format=memory_format)
 
     if parallel.strip().lower() == "auto":
         if gpus is None:

@@ -119,6 +119,7 @@ class ParallelForecast:
     run: TrainingRun | None = None  # a whole run at this step (``run.plan_run``), if asked
     peak_tflops: float = 0.0  # per-GPU peak of the GEMMs' dtype (0: unknown)
     math: str = "graph"  # the arithmetic (analyzer.mathmode.MATH_MODES)
+    memory_format: str = "nchw"  # PyTorch's activation layout (analyzer.runtime)
 
     @property
     def step_ms(self) -> float:
@@ -165,7 +166,7 @@ class ParallelForecast:
                        "virtual_stages": self.layout.virtual_stages,
                        "overlap_grad_reduce": self.layout.overlap_grad_reduce},
             "predictor": self.predictor, "runtime": self.runtime, "math": self.math,
-            "layers": self.layers,
+            "memory_format": self.memory_format, "layers": self.layers,
             "graph_layers": self.graph_layers, "experts": self.experts,
             "sequence": self.sequence,
             "microbatch": self.microbatch,

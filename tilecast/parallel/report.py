@@ -68,6 +68,7 @@ def _summary(f: ParallelForecast) -> list[tuple[str, str]]:
                       f"{lay.microbatches} x dp {lay.dp}"),
             *_split_lines(f),
             ("predictor", f.predictor), ("runtime", f.runtime), ("math", f.math),
+            *([("memory format", f.memory_format)] if f.memory_format != "nchw" else []),
             ("step", f"{f.step_ms:.3f} ms"),
             ("throughput", f"{f.tflops_per_gpu:.1f} TFLOP/s per GPU" + _utilization(f)),
             *([("run", f.run.summary())] if f.run is not None else []),

@@ -66,6 +66,7 @@ class Sweep:
     mode: str
     predictor: str
     rows: tuple[SweepRow, ...]
+    memory_format: str = "nchw"  # one for every row (analyzer/runtime.py)
 
     def to_dict(self) -> dict[str, Any]:
         from .. import __version__
@@ -73,7 +74,7 @@ class Sweep:
         rows = [asdict(r) | {"dims": dict(r.dims)} for r in self.rows]
         return {"schema": SCHEMA_VERSION, "kind": "sweep", "tilecast_version": __version__,
                 "model": self.model, "mode": self.mode, "predictor": self.predictor,
-                "rows": rows}
+                "memory_format": self.memory_format, "rows": rows}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
@@ -131,9 +132,9 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
           dims: Mapping[str, Sequence[int]] | None = None, *, mode: str = "inference",
           fusion: bool = False, predictor: str | os.PathLike[str] | Predictor | None = None,
           optimizer: str = "none", math: str | Sequence[str] = "graph",
-          runtime: str | Sequence[str] = "eager") -> Sweep:
+          runtime: str | Sequence[str] = "eager", memory_format: str = "nchw") -> Sweep:
     """Forecast ``model`` on every device, under every math mode and runtime given, at every
-    combination of ``dims`` values.
+    combination of ``dims`` values; ``memory_format`` (nchw or channels-last) holds for all.
 
     >>> s = sweep("model.onnx", ["l4", "h100"], {"batch": [1, 8, 32]})  # doctest: +SKIP
     >>> [(r.device, dict(r.dims)["batch"], r.total_ms) for r in s.rows]  # doctest: +SKIP
@@ -146,7 +147,7 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
         if mm not in MATH_MODES:
             raise TilecastError(f"unknown math mode {mm!r}: choose one of {', '.join(MATH_MODES)}")
     for rt in runtimes:
-        check_runtime(rt)
+        check_runtime(rt, memory_format)
     proto, pred, points = load_model(model), resolve_predictor(predictor), _grid(dims)
     if isinstance(model, onnx.ModelProto):
         label = model.graph.name or "<in-memory model>"
@@ -164,8 +165,8 @@ def sweep(model: str | os.PathLike[str] | onnx.ModelProto,
             continue
         for p in points:
             f = analyze(proto, dev, mode=mode, fusion=fusion, dims=dict(p), predictor=pred,
-                        optimizer=optimizer, math=mm, runtime=rt)
+                        optimizer=optimizer, math=mm, runtime=rt, memory_format=memory_format)
             rows.append(_row(f, p, first.setdefault(p, f.total_ms)))
     if all(r.skipped for r in rows):
         raise TilecastError(f"sweep: no GPU given can run what was asked ({rows[0].skipped})")
-    return Sweep(label, mode, pred.name, tuple(rows))
+    return Sweep(label, mode, pred.name, tuple(rows), memory_format)

@@ -62,7 +62,8 @@ def render_sweep(s: Sweep, fmt: str) -> str:
     rows = [_cells(r) for r in s.rows]
     first = next((r for r in s.rows if r.total_ms is not None), None)
     base = f"{first.device}, math {first.math}, runtime {first.runtime}" if first else "-"
-    head = (f"{s.model}: {s.mode}, predictor {s.predictor}; speedup against {base} at the "
-            "same dims\n")
+    layout = "" if s.memory_format == "nchw" else f", {s.memory_format} activations"
+    head = (f"{s.model}: {s.mode}, predictor {s.predictor}{layout}; speedup against {base} at "
+            "the same dims\n")
     md = fmt == "markdown"
     return head + ("\n" if md else "") + _table(COLUMNS, rows, md)
