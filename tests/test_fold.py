@@ -75,15 +75,28 @@ g (float[{n}, 4] x) => (int64[{n}] y) {{
     assert ops == ([] if where == "host" else ["Range"])
 
 
-def test_float_values_derived_from_shape_stay_on_the_gpu():
-    # the rule is integer / bool sizes: a float computed from a size is data
+@pytest.mark.parametrize(("fill", "where"), [
+    # 1 / sqrt(d) from the head size (torch.onnx's SDPA scale): a Python float in PyTorch
+    ("", "host"),
+    # a (4, 8) float tensor filled from the sizes: 32 elements, still a small host value
+    ("  y = ConstantOfShape<value = float[1] {1.0}>(s)\n", "host"),
+    # a (32, 8) one: 256 elements, over HOST_MAX_ELEMENTS, so a GPU fill
+    ("  s2 = Mul(s, four)\n  y = ConstantOfShape<value = float[1] {1.0}>(s2)\n", "gpu"),
+])
+def test_float_values_derived_from_sizes(fill: str, where: str):
+    body = fill or """  d = Slice(s, minus1, big)
+  df = Cast<to = 1>(d)
+  r = Sqrt(df)
+  y = Reciprocal(r)
+"""
     text = HEADER + """
-g (float[4, 8] x) => (float[1] y) {
+g (float[4, 8] x) => (float[N] y) <int64[1] minus1 = {-1}, int64[1] big = {9},
+                                   int64[2] four = {8, 1}> {
   s = Shape(x)
-  y = Cast<to = 1>(s)
-}"""
+""" + body + "}"
     f = tilecast.analyze(_model(text), "l4", predictor="roofline")
-    assert [k.kernel.op_type for k in f.kernels] == ["Cast"]
+    ops = [k.kernel.op_type for k in f.kernels]
+    assert ops == ([] if where == "host" else ["ConstantOfShape"])
 
 
 def test_weight_only_subgraph_is_folded_at_load():

@@ -7,7 +7,7 @@ import io
 from collections.abc import Callable
 from functools import partial
 
-from .analyzer.attention_fusion import FUSED_ATTENTION
+from .analyzer.attention_fusion import FUSED_ATTENTION, SDPA_CALL
 from .analyzer.costs.zero import CPU_ONLY
 from .analyzer.epilogues import FUSED_EPILOGUE
 from .analyzer.fold import FOLDED, HOST
@@ -20,7 +20,8 @@ from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_U
 ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
                     FOLDED_BIAS: "bias in GEMM epilogue", FOLDED_BN: "BN folded into Conv",
                     FUSED_EPILOGUE: "in Conv/GEMM epilogue", CPU_ONLY: "CPU-only",
-                    FUSED_ATTENTION: "in a fused attention kernel"}
+                    FUSED_ATTENTION: "in a fused attention kernel",
+                    SDPA_CALL: "in an SDPA kernel"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime",

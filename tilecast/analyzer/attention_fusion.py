@@ -27,7 +27,20 @@ place by the kernel where they keep the head dim contiguous (``attention_layout.
 fused node records ``k_transposed``: its K is the first product's K^T). A mask the graph builds as a
 bottom-right aligned causal one (causal.py reads how it was built) limits the kernel to the
 visible pairs, as an exported ``is_causal`` op does; any other mask counts every pair.
-Inference only; eager PyTorch and a CUDA-graph replay run each op alone.
+Under a graph runtime, inference only.
+
+Eager PyTorch and a CUDA-graph replay run hand-written attention op by op, but one
+``F.scaled_dot_product_attention`` call as one kernel (flash or memory-efficient attention;
+its backward too), and torch.onnx writes that call as this chain with sqrt(scale) on both Q
+and K^T (its TorchScript exporter's ``scaled_dot_product_attention`` symbolic and the dynamo
+exporter's decomposition alike). Neither Hugging Face's eager attention nor hand-written
+attention scales both operands (they scale the scores, or Q alone), so under those runtimes,
+in any mode, the chains that carry that signature are fused (``sdpa_calls``) where PyTorch
+has a fused kernel for them (fp16 / bf16 / fp32, head dims 16-byte aligned for 16-bit
+types, 4 elements for fp32: ``SDPA_ALIGNMENT``); the kernel reads K, and the Reshapes and
+Transposes building K^T are part of the call. A mask is an explicit ``attn_mask`` there:
+every pair is computed, as PyTorch's memory-efficient kernel does with one. Not modelled:
+ROCm builds without AOTriton kernels for the GPU (MI100) run the math path.
 """
 
 from __future__ import annotations
@@ -40,8 +53,18 @@ from .causal import CausalMask
 from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost, onnx_attention
 from .epilogues import SoleReaders, costed, other_operand
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
+from .views import is_perm
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
+SDPA_CALL = "part of one scaled_dot_product_attention call (PyTorch runs it fused)"
+# PyTorch's fused SDPA kernels (flash, memory-efficient) take these dtypes, with head dims a
+# multiple of 16 bytes of 16-bit elements or of 4 fp32 ones (aten sdp_utils.cpp,
+# minimum_gemm_alignment / check_head_dim_size_mem_efficient); otherwise its math path runs
+# the decomposed ops one by one.
+SDPA_ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4}
+# Reshapes and Transposes torch.onnx writes to build K^T from K: one Transpose (TorchScript
+# exporter), Reshape to 3-D -> Transpose -> Reshape back (dynamo exporter).
+MAX_KEY_STEPS = 3
 # Tensors added to the scores before the softmax that a fused kernel reads: a mask and a
 # position bias (T5's relative attention bias, ALiBi) at most.
 MAX_ADDED = 2
@@ -66,6 +89,8 @@ class _Chain:
     masks: tuple[_Added, ...]  # added to the scores: a mask, a position bias (T5, ALiBi)
     filled: TensorInfo | None  # the scores filled outside a causal band (a Where step)
     selected: TensorInfo | None  # a Where's condition, read: masked_fill of any other mask
+    scaled: bool = False  # Q and K both scaled before QK^T: torch's SDPA decomposition
+    k_transposed: bool = True  # k is the first product's K^T (else K: an SDPA call's)
 
 
 def _batched(r: NodeResult) -> bool:
@@ -205,8 +230,10 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
     pv = w.next
     if pv is None or not _batched(out[pv]) or out[pv].node.inputs[0].name != w.read.name:
         return None
-    q, k = (_unscaled(t, i, w, produced_at) for t in out[i].node.inputs)
-    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled, selected)
+    q_in, k_in = out[i].node.inputs
+    q, k = _unscaled(q_in, i, w, produced_at), _unscaled(k_in, i, w, produced_at)
+    return _Chain(tuple(w.members), tuple(w.views), pv, q, k, tuple(masks), filled, selected,
+                  scaled=q is not q_in and k is not k_in)
 
 
 def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
@@ -226,6 +253,42 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     return replace(r, node=node, cost=c)
 
 
+def _key(kt: TensorInfo, out: list[NodeResult], readers: SoleReaders,
+         produced_at: Mapping[str, int]) -> tuple[TensorInfo, tuple[int, ...]] | None:
+    """K, and the nodes that build the first product's K^T from it: back from K^T through
+    Reshapes that keep the last two dims and one Transpose that brings its input's last
+    (contiguous, head-dim) axis to the K^T's rows (``MAX_KEY_STEPS`` in all), each result read
+    by the next step alone; None otherwise. The TorchScript exporter's last-two swap may be
+    merged with the heads' permute into one (0, 2, 3, 1): K is then the (B, S, H, D)
+    projection itself, which the kernel reads in place."""
+    if kt.shape is None or len(kt.shape) < 2:
+        return None
+    want = (*kt.shape[:-2], kt.shape[-1], kt.shape[-2])
+    t, steps, found = kt, [], False
+    while len(steps) < MAX_KEY_STEPS and not (found and tuple(t.shape) == want):
+        p = produced_at.get(t.name)
+        x = out[p].node.inputs[0] if p is not None and out[p].node.inputs else None
+        if x is None or out[p].node.domain or x.shape is None or len(x.shape) < 2 \
+                or readers.sole(t.name) is None:
+            break
+        node = out[p].node
+        if not found and node.op_type == "Transpose" and is_perm(node.attr("perm"), len(x.shape)) \
+                and node.attr("perm")[-2] == len(x.shape) - 1:
+            found = True
+        elif not (node.op_type == "Reshape" and tuple(x.shape[-2:]) == tuple(t.shape[-2:])):
+            break
+        steps.append(p)
+        t = x
+    ok = found and t.known and t.numel == kt.numel and t.shape[-1] == kt.shape[-2]
+    return (t, tuple(steps)) if ok else None
+
+
+def _sdpa_kernel(c: _Chain, qk: MatmulDims, v_head: int) -> bool:
+    """Would PyTorch run this SDPA call on a fused kernel (dtype and head-dim alignment)?"""
+    align = SDPA_ALIGNMENT.get(c.q.dtype)
+    return c.scaled and align is not None and qk.k % align == 0 and v_head % align == 0
+
+
 def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, CausalMask]
            ) -> tuple[NodeView, OpCost] | None:
     """The fused kernel's node (reading Q, K, V and what is added to the scores, writing the
@@ -243,32 +306,55 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     read = tuple(a.read for a, f in zip(c.masks, found, strict=True)
                  if f is None or f.carries_values)
     read += (c.selected,) if c.selected is not None else ()
+    attrs = {**pv.node.attrs, "k_transposed": 1} if c.k_transposed else dict(pv.node.attrs)
     node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read),
-                   attrs={**pv.node.attrs, "k_transposed": 1})  # K^T: attention_layout.py
+                   attrs=attrs)  # K^T: attention_layout.py
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
                   window=mask.window if mask is not None else 0)
     return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * len(read), {})
 
 
+def _as_sdpa_call(c: _Chain, out: list[NodeResult], readers: SoleReaders,
+                  produced_at: Mapping[str, int]) -> _Chain:
+    """The chain reading K itself, with the Reshapes and Transposes building K^T as members
+    (SDPA's kernels take K as the model passed it); as it is where K^T is built otherwise."""
+    found = _key(c.k, out, readers, produced_at)
+    if found is None:
+        return c
+    return replace(c, k=found[0], members=(*c.members, *found[1]), k_transposed=False)
+
+
 def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] = (),
-                   causal: Mapping[str, CausalMask] | None = None) -> tuple[NodeResult, ...]:
+                   causal: Mapping[str, CausalMask] | None = None, *,
+                   sdpa_calls: bool = False) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: each eager attention chain becomes one fused
     attention kernel at its P @ V MatMul (module docstring). ``causal``: the graph's causal
-    masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs."""
+    masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs.
+
+    ``sdpa_calls``: eager PyTorch (any mode): only the chains torch.onnx writes for one
+    ``scaled_dot_product_attention`` call (Q and K both scaled by sqrt(scale), which neither
+    Hugging Face's eager attention nor hand-written attention does) that PyTorch would run
+    on a fused kernel (``_sdpa_kernel``); the fused node reads K, not K^T. PyTorch's kernel
+    given an explicit mask computes every pair, so no mask is read as causal then."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
+    causal = {} if sdpa_calls else causal
     out = [_causal_op(r, causal or {}) for r in results]
+    reason = SDPA_CALL if sdpa_calls else FUSED_ATTENTION
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
         c = _chain(i, out, readers, causal or {}, produced_at)
+        if c is not None and sdpa_calls:
+            ok = _sdpa_kernel(c, r.cost.matmul, out[c.pv].cost.matmul.n)
+            c = _as_sdpa_call(c, out, readers, produced_at) if ok else None
         fused = _fused(r.cost.matmul, out[c.pv], c, causal or {}) if c is not None else None
         if fused is None:
             continue
         out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])
         for j in c.members:
             out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
-                                FUSED_ATTENTION)
+                                reason)
         for j in c.views:
             out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
     return tuple(out)

@@ -6,9 +6,11 @@
   never runs it (a tied embedding's ``.t()`` is a view; a weight's dequantization happens once).
   Random ops are never folded: each pass draws new values.
 - ``host``: shape arithmetic. Values derived only from ``Shape`` / ``Size`` outputs and
-  constants, of an integer or bool dtype and at most :data:`HOST_MAX_ELEMENTS` elements, are
-  sizes: PyTorch computes them in Python on the host, and ONNX Runtime places such subgraphs
-  on the CPU (``GetCpuPreferredNodes`` in ``onnxruntime/core/framework/
+  constants, of at most :data:`HOST_MAX_ELEMENTS` elements, are sizes and numbers computed
+  from sizes (torch.onnx writes SDPA's default scale as Shape -> Slice -> Cast -> Sqrt -> Div:
+  ``1 / math.sqrt(q.size(-1))``, a Python float in PyTorch; folded once the shapes are bound
+  where a runtime sees it): PyTorch computes them in Python on the host, and ONNX Runtime
+  places such subgraphs on the CPU (``GetCpuPreferredNodes`` in ``onnxruntime/core/framework/
   fallback_cpu_capability.cc``: a node whose inputs are all CPU tensors or small initializers
   runs on the CPU). Node names are never consulted.
 
@@ -32,7 +34,7 @@ HOST = "host"
 # value: a shape vector has one element per dim, far below it.
 HOST_MAX_ELEMENTS = 100
 HOST_DTYPES = frozenset({"int64", "int32", "int16", "int8", "uint64", "uint32", "uint16",
-                         "uint8", "bool"})
+                         "uint8", "bool", "float64", "float32", "float16", "bfloat16"})
 SHAPE_SOURCES = frozenset({"Shape", "Size"})
 RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                     "Multinomial", "Bernoulli", "Dropout"})
@@ -44,7 +46,7 @@ def _inputs(node: NodeView) -> list[str]:
     return [t.name for t in node.inputs if t is not None and t.name]
 
 
-def _small_int(node: NodeView) -> bool:
+def _small_value(node: NodeView) -> bool:
     return all(t.dtype in HOST_DTYPES and t.known and t.numel <= HOST_MAX_ELEMENTS
                for t in node.outputs if t.name)
 
@@ -64,7 +66,7 @@ def _place(node: NodeView, const: set[str], host: set[str]) -> str | None:
         return FOLDED
     if not node.domain and node.op_type in SHAPE_SOURCES:
         return HOST
-    if all(n in const or n in host for n in ins) and _small_int(node):
+    if all(n in const or n in host for n in ins) and _small_value(node):
         return HOST
     return None
 

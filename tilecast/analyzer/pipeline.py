@@ -60,13 +60,16 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
 def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
     """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
     GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
-    (activations.py), the runtime's views (views.py), and the GEMM operands that are
-    weights marked (weights.py)."""
+    (activations.py), under PyTorch each exported ``scaled_dot_product_attention`` call as
+    its one fused kernel (attention_fusion.py), the runtime's views (views.py), and the GEMM
+    operands that are weights marked (weights.py)."""
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
-        results = eager_views(results, outputs)
+        # first: the transposes around an SDPA call are then views of its kernel's operands
+        sdpa = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True)
+        results = eager_views(sdpa, outputs)
     else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
         results = graph_views(results, outputs)
     return mark_weight_operands(results)

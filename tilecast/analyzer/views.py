@@ -13,8 +13,9 @@ consumers read strided operands; where one needs contiguous memory the copy is r
   leading dimension, transposed or not (the op(A)/op(B) flag). So a last-two-dims swap
   (``k.transpose(-1, -2)``) is free, and ``permute(0, 2, 1, 3)`` is free only at batch 1
   (otherwise matmul's reshape copies it: kept costed, it stands for that copy).
-- Transposes feeding an ONNX ``Attention`` (an SDPA export) as Q, K or V with the head dim
-  last: PyTorch's fused SDPA kernels read strided heads (``_sdpa_reads_in_place``), and
+- Transposes feeding an ONNX ``Attention`` (an SDPA export, or an exported SDPA call fused
+  back into one: attention_fusion.py) as Q, K or V with the head dim last: PyTorch's fused
+  SDPA kernels read strided heads (``_sdpa_reads_in_place``), and
   the ``transpose(1, 2)`` of their output: flash and memory-efficient attention write
   (B, S, H, D) and return it as a (B, H, S, D) view, so the transpose back is contiguous
   and the model's ``contiguous()`` / ``reshape`` copy nothing.
@@ -37,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .analysis import NodeResult
+from .fusion import METADATA_READERS
 
 VIEW_TRANSPOSE = "view: cuBLAS reads the operand transposed (op(A)/op(B) flag of the GEMM)"
 VIEW_SPLIT = "view: eager PyTorch splits/slices the last dim as a strided view"
@@ -50,8 +52,12 @@ Consumers = dict[str, list[NodeResult]]
 
 
 def _consumers(results: Sequence[NodeResult]) -> Consumers:
+    """Who reads each tensor's elements: a Shape or Size reads only a view's metadata (the
+    TorchScript exporter's SDPA reads the query's head size that way)."""
     out: Consumers = {}
     for r in results:
+        if r.node.op_type in METADATA_READERS and not r.node.domain:
+            continue
         for t in r.node.inputs:
             if t is not None and t.name:
                 out.setdefault(t.name, []).append(r)
