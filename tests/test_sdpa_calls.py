@@ -124,6 +124,13 @@ def test_only_dtypes_with_a_fused_sdpa_kernel_fuse(dtype: str, fused: bool) -> N
     assert ("Attention" in _ops(_run(LEGACY, dtype=dtype))) is fused
 
 
+@pytest.mark.parametrize(("device", "fused"), [("mi100", False), ("mi210", True), ("p100", True)])
+def test_only_gpus_with_fused_sdpa_kernels_fuse(device: str, fused: bool) -> None:
+    # ROCm's SDPA kernels (AOTriton) are built for CDNA2 and CDNA3, not the MI100's gfx908
+    f = tilecast.analyze(_model(LEGACY), device, predictor="roofline")
+    assert ("Attention" in _ops(f)) is fused
+
+
 def test_an_unaligned_head_dim_takes_the_math_path() -> None:
     # head dim 12 in fp16: not a multiple of 8 (16 bytes), so no fused kernel; in fp32 it is
     # a multiple of 4 and fuses

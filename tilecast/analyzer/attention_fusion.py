@@ -39,8 +39,8 @@ in any mode, the chains that carry that signature are fused (``sdpa_calls``) whe
 has a fused kernel for them (fp16 / bf16 / fp32, head dims 16-byte aligned for 16-bit
 types, 4 elements for fp32: ``SDPA_ALIGNMENT``); the kernel reads K, and the Reshapes and
 Transposes building K^T are part of the call. A mask is an explicit ``attn_mask`` there:
-every pair is computed, as PyTorch's memory-efficient kernel does with one. Not modelled:
-ROCm builds without AOTriton kernels for the GPU (MI100) run the math path.
+every pair is computed, as PyTorch's memory-efficient kernel does with one. On a GPU without
+fused SDPA kernels (``NO_FUSED_SDPA``: MI100) the chain stays op by op.
 """
 
 from __future__ import annotations
@@ -62,6 +62,10 @@ SDPA_CALL = "part of one scaled_dot_product_attention call (PyTorch runs it fuse
 # minimum_gemm_alignment / check_head_dim_size_mem_efficient); otherwise its math path runs
 # the decomposed ops one by one.
 SDPA_ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4}
+# GPUs PyTorch has no fused SDPA kernel for: ROCm's flash and memory-efficient attention come
+# from AOTriton, built for gfx90a (CDNA2) and gfx942 (CDNA3) and later, not gfx908 (MI100,
+# CDNA1: pytorch/pytorch#141958), so the call runs its math path, op by op.
+NO_FUSED_SDPA = frozenset({("amd", "cdna1")})
 # Reshapes and Transposes torch.onnx writes to build K^T from K: one Transpose (TorchScript
 # exporter), Reshape to 3-D -> Transpose -> Reshape back (dynamo exporter).
 MAX_KEY_STEPS = 3
@@ -281,6 +285,11 @@ def _key(kt: TensorInfo, out: list[NodeResult], readers: SoleReaders,
         t = x
     ok = found and t.known and t.numel == kt.numel and t.shape[-1] == kt.shape[-2]
     return (t, tuple(steps)) if ok else None
+
+
+def pytorch_fuses_sdpa(vendor: str, arch: str) -> bool:
+    """Does PyTorch have a fused SDPA kernel (flash, memory-efficient) for this GPU?"""
+    return (vendor, arch) not in NO_FUSED_SDPA
 
 
 def _sdpa_kernel(c: _Chain, qk: MatmulDims, v_head: int) -> bool:

@@ -13,7 +13,7 @@ from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
-from .attention_fusion import fuse_attention
+from .attention_fusion import fuse_attention, pytorch_fuses_sdpa
 from .attention_layout import read_in_place
 from .cast_fusion import drop_noop_casts, fuse_casts
 from .epilogues import fuse_epilogues
@@ -57,19 +57,21 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
     return learned.load_predictor(path)
 
 
-def prepare(graph: Graph, runtime: str) -> tuple[NodeResult, ...]:
+def prepare(graph: Graph, runtime: str, *, fused_sdpa: bool = True) -> tuple[NodeResult, ...]:
     """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
     GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
     (activations.py), under PyTorch each exported ``scaled_dot_product_attention`` call as
     its one fused kernel (attention_fusion.py), the runtime's views (views.py), and the GEMM
-    operands that are weights marked (weights.py)."""
+    operands that are weights marked (weights.py). ``fused_sdpa``: PyTorch has fused SDPA
+    kernels for the GPU (``pytorch_fuses_sdpa``)."""
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
         # first: the transposes around an SDPA call are then views of its kernel's operands
-        sdpa = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True)
-        results = eager_views(sdpa, outputs)
+        if fused_sdpa:
+            results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True)
+        results = eager_views(results, outputs)
     else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
         results = graph_views(results, outputs)
     return mark_weight_operands(results)
@@ -138,7 +140,7 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     pred = resolve_predictor(predictor)
     proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
-    results = prepare(graph, runtime)
+    results = prepare(graph, runtime, fused_sdpa=pytorch_fuses_sdpa(dev.vendor, dev.arch))
     node_count = len(results)
     compiled = runtime == "graph" and mode == "inference"
     if compiled:
