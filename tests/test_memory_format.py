@@ -186,3 +186,33 @@ def test_parallel_training_takes_the_memory_format(tmp_path):
     # the forward and the weight gradient drop their transposes (a replay: eager would wait
     # for the host's dispatch of the gradient accumulation either way)
     assert cl["step_ms"] < nchw["step_ms"]
+
+
+# bf16: PyTorch runs the NCHW depthwise conv, max pool and batch norm itself
+# (analyzer/native.py); channels-last hands the depthwise conv to cuDNN's NHWC kernels and
+# runs NHWC pool and batch norm kernels, so no NCHW walk is left; the batch norm keeps its
+# per-channel kernels (the running mean's copy and 1 / sqrt(var + eps)). Opset 22: bf16 Conv.
+NATIVE = """
+<ir_version: 10, opset_import: ["" : 22]>
+g (bfloat16[8, 64, 56, 56] x, bfloat16[64, 1, 3, 3] w, bfloat16[64] s, bfloat16[64] b,
+   bfloat16[64] mu, bfloat16[64] var) => (bfloat16[8, 64, 28, 28] y) {
+  d = Conv <group = 64, pads = [1, 1, 1, 1]> (x, w)
+  n = BatchNormalization (d, s, b, mu, var)
+  y = MaxPool <kernel_shape = [2, 2], strides = [2, 2]> (n)
+}"""
+
+
+def _natives(memory_format: str) -> dict[str, str | None]:
+    f = tilecast.analyze(onnx.parser.parse_model(NATIVE), "h100-sxm",
+                         memory_format=memory_format)
+    return {k.kernel.op_type: type(k.kernel.cost.native).__name__
+            if k.kernel.cost.native is not None else None for k in f.kernels}
+
+
+def test_channels_last_runs_no_nchw_walk():
+    nchw, cl = _natives("nchw"), _natives("channels-last")
+    assert nchw == {"Conv": "NativeDepthwise", "BatchNormMeanCopy": None,
+                    "BatchNormInvstd": None, "BatchNormalization": "NativeBatchNorm",
+                    "MaxPool": "NativePool"}
+    assert cl == {"Conv": None, "BatchNormMeanCopy": None, "BatchNormInvstd": None,
+                  "BatchNormalization": None, "MaxPool": None}

@@ -63,7 +63,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from .params import STATS_OP
-from .runtime import PYTORCH_RUNTIMES
+from .runtime import CHANNELS_LAST, PYTORCH_RUNTIMES
 from .types import (
     DTYPE_SIZE,
     Kernel,
@@ -158,13 +158,19 @@ def launch(native: Native, dtype: str = "float32") -> Launch:
                   ceil_div(native.n, rows * tb) * ceil_div(native.spatial, tf))
 
 
-def runs_native(native: Native, dtype: str, math: str, runtime: str) -> bool:
+def runs_native(native: Native, dtype: str, math: str, runtime: str,
+                memory_format: str = "nchw") -> bool:
     """Whether PyTorch runs ``native`` on its own kernels (module doc): only under its own
     runtimes; a batch norm in bf16 always, in fp16 unless autocast keeps the weights in fp32
     (``amp-fp16``); a max pool always; a depthwise conv in fp32, bf16 and fp64, and in fp16 below
     cuDNN's 32 channels (autocast casts the weights too); integer convs never; the
-    non-vectorized loop always."""
+    non-vectorized loop always. With channels-last activations (``memory_format``) cuDNN's
+    NHWC kernels take the depthwise convs (our H100's channels-last rows) and the max pool
+    is ``max_pool_forward_nhwc``, which walks the channels innermost; the batch norm stays
+    PyTorch's (``select_backend``)."""
     if runtime not in PYTORCH_RUNTIMES:
+        return False
+    if memory_format == CHANNELS_LAST and isinstance(native, NativeDepthwise | NativePool):
         return False
     if isinstance(native, NativePool | NativeLoop):
         return True
@@ -175,28 +181,36 @@ def runs_native(native: Native, dtype: str, math: str, runtime: str) -> bool:
     return dtype == "bfloat16" or (dtype == "float16" and math != "amp-fp16")
 
 
-def select_backend(kernels: Sequence[Kernel], math: str, runtime: str) -> list[Kernel]:
+def select_backend(kernels: Sequence[Kernel], math: str, runtime: str,
+                   memory_format: str = "nchw") -> list[Kernel]:
     """The kernels as PyTorch launches them: ``native`` kept only where PyTorch runs its own
-    kernels, and each native batch norm's per-channel kernels beside its walks (module doc):
-    before an inference transform, after a training statistics pass."""
+    kernels (``runs_native``), and each native batch norm's per-channel kernels beside its
+    walks (module doc): before an inference transform, after a training statistics pass.
+    Under channels-last a batch norm PyTorch runs itself keeps its per-channel kernels
+    (``batch_norm_cuda`` launches them whatever the layout), its walks becoming the
+    ``batch_norm_*_channels_last_kernel`` ones, which read the channels innermost as an
+    elementwise kernel does (``native`` dropped: not the NCHW walk)."""
     out: list[Kernel] = []
     with_stats: set[tuple[str, ...]] = set()  # nodes whose transform uses batch statistics
     for k in kernels:
         native = k.cost.native
         # A fused group's member (``Kernel.group``): a compiler writes the group's kernel.
         fused = isinstance(native, NativeLoop) and k.group is not None
+        plain = replace(k, cost=replace(k.cost, native=None))
         if native is None:
             out.append(k)
-        elif fused or not runs_native(native, k.dtype, math, runtime):
-            out.append(replace(k, cost=replace(k.cost, native=None)))
-        elif k.op_type == STATS_OP:
-            with_stats.add(k.nodes)
-            out += [k, *channel_kernels(k, TRAINING_PASSES)]
-        elif k.op_type == "BatchNormalization" and native.kernel == "transform" \
-                and k.nodes not in with_stats:
-            out += [*channel_kernels(k, INFERENCE_PASSES), k]
+        elif fused or not runs_native(native, k.dtype, math, runtime, memory_format):
+            out.append(plain)
         else:
-            out.append(k)
+            walk = plain if memory_format == CHANNELS_LAST else k
+            if k.op_type == STATS_OP:
+                with_stats.add(k.nodes)
+                out += [walk, *channel_kernels(k, TRAINING_PASSES)]
+            elif k.op_type == "BatchNormalization" and native.kernel == "transform" \
+                    and k.nodes not in with_stats:
+                out += [*channel_kernels(k, INFERENCE_PASSES), walk]
+            else:
+                out.append(walk if isinstance(native, NativeBatchNorm) else k)
     return out
 
 

@@ -155,7 +155,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
 
         kernels = training_kernels(graph, results, kernels, optimizer=optimizer)
     kernels = tf32_kernels(kernels, math)
-    kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
+    # PyTorch's native batch norm or cuDNN, its NCHW kernels or channels-last ones
+    kernels = select_backend(kernels, math, runtime, memory_format)
     preds = apply_runtime(predict_checked(pred, kernels, dev), dev, runtime, kernels,
                           memory_format)
     kf = tuple(KernelForecast(k, p.latency_ms, p.bound, p.tile, p.extrapolated, p.clamped,

@@ -66,7 +66,8 @@ RUNTIMES = ("eager", "graph", "cudagraph")
 # an ONNX Conv states) or ``channels-last`` (``model.to(memory_format=torch.channels_last)``,
 # which PyTorch's performance-tuning guide recommends for convnets under AMP; TensorFlow /
 # Keras keeps NHWC by default). An exported graph is NCHW whichever ran, so the user says.
-MEMORY_FORMATS = ("nchw", "channels-last")
+NCHW, CHANNELS_LAST = "nchw", "channels-last"
+MEMORY_FORMATS = (NCHW, CHANNELS_LAST)
 # The runtimes that run PyTorch's eager kernels (a CUDA-graph replay captures exactly those):
 # views stay views and model-code activation chains stay their ops (views.py, activations.py).
 PYTORCH_RUNTIMES = frozenset({"eager", "cudagraph"})
@@ -163,7 +164,7 @@ def apply_runtime(preds: Sequence[Prediction], device: Device, runtime: str,
     ``kernels``, the predicted kernels, say which are follow-on launches (eager only);
     ``memory_format`` (:data:`MEMORY_FORMATS`): the activations' layout under PyTorch."""
     check_runtime(runtime, memory_format)
-    nhwc = memory_format == "channels-last" or runtime == "graph"
+    nhwc = memory_format == CHANNELS_LAST or runtime == "graph"
     if runtime == "eager":
         inner = [k.follow_on for k in kernels] if kernels is not None else [False] * len(preds)
         return _eager(preds, device, inner, nhwc)

@@ -10,6 +10,7 @@ from dataclasses import replace
 import onnx
 
 from ..analyzer.analysis import NodeResult
+from ..analyzer.attention_fusion import pytorch_fuses_sdpa
 from ..analyzer.cast_fusion import drop_noop_casts
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
@@ -51,14 +52,14 @@ from .tensor import Roles, check_divisible, roles, shard_kernels
 
 
 def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None,
-           runtime: str = "eager"):
+           runtime: str = "eager", fused_sdpa: bool = True):
     """The model's nodes as each rank's runtime runs them (the single-GPU front end)."""
     proto = load_model(model)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
     graph = build_graph(proto, dims)
-    return proto, graph, prepare(graph, runtime)
+    return proto, graph, prepare(graph, runtime, fused_sdpa=fused_sdpa)
 
 
 def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
@@ -157,7 +158,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         cl = replace(cl, device=load_device(device))
     check_math(math, cl.device)
     pred = resolve_predictor(predictor)
-    proto, graph, results = _graph(model, dims, runtime)
+    proto, graph, results = _graph(model, dims, runtime,
+                                   pytorch_fuses_sdpa(cl.device.vendor, cl.device.arch))
     results = drop_noop_casts(apply_autocast(results, math))
     s = recognize(results)
     warnings = list(s.warnings)
@@ -172,7 +174,7 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
     kernels = _rank_kernels(kernels, results, index, layout, plan, r, s)
     dtype = _update_dtype(results, kernels)
     kernels = tf32_kernels(kernels, math)
-    kernels = select_backend(kernels, math, runtime)  # PyTorch's native batch norm or cuDNN
+    kernels = select_backend(kernels, math, runtime, memory_format)  # native batch norm, cuDNN
     # Each rank issues its kernels like a single GPU (analyzer.runtime): in eager mode the
     # host runs ahead of long kernels, so a short kernel after them costs its GPU time only.
     preds = apply_runtime(predict_checked(pred, kernels, cl.device), cl.device, runtime, kernels,
