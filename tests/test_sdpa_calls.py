@@ -112,6 +112,24 @@ def test_the_fused_call_reads_k_itself() -> None:
     assert k.kernel.cost.matmul.k == 16 and k.kernel.cost.matmul.n == 8
 
 
+# a boolean padding mask, as torch.onnx writes SDPA's: Where(mask, 0, -inf), then the add
+BOOL_MASK = LEGACY.replace("T[2, 1, 1, 8] m)", "bool[2, 1, 1, 8] m)").replace(
+    "  u = Add(s, m)", "  am = Where(m, zero, low)\n  u = Add(s, am)").replace(
+    "<float halff", "<float zero = {0.0}, float low = {-10000.0}, float halff")
+
+
+@pytest.mark.parametrize(("runtime", "where"), [
+    # eager PyTorch turns a boolean attn_mask into an additive one before its kernel
+    # (convert_boolean_attn_mask): the conversion stays a kernel
+    ("eager", True),
+    # a graph runtime's fused kernel builds the mask from the condition it reads
+    ("graph", False),
+])
+def test_a_boolean_mask_is_converted_before_the_eager_kernel(runtime: str, where: bool) -> None:
+    ops = _ops(_run(BOOL_MASK, runtime))
+    assert ops.count("Attention") == 1 and ("Where" in ops) is where
+
+
 def test_hand_written_attention_keeps_each_op_under_eager() -> None:
     ops = _ops(_run(SCORES_SCALED))
     assert "Attention" not in ops and ops.count("MatMul") == 2 and "Softmax" in ops

@@ -39,7 +39,8 @@ in any mode, the chains that carry that signature are fused (``sdpa_calls``) whe
 has a fused kernel for them (fp16 / bf16 / fp32, head dims 16-byte aligned for 16-bit
 types, 4 elements for fp32: ``SDPA_ALIGNMENT``); the kernel reads K, and the Reshapes and
 Transposes building K^T are part of the call. A mask is an explicit ``attn_mask`` there:
-every pair is computed, as PyTorch's memory-efficient kernel does with one. On a GPU without
+every pair is computed, as PyTorch's memory-efficient kernel does with one, and a boolean
+one's Where to 0 / -inf stays (PyTorch converts it before the kernel). On a GPU without
 fused SDPA kernels (``NO_FUSED_SDPA``: MI100) the chain stays op by op.
 """
 
@@ -189,12 +190,16 @@ def _unscaled(t: TensorInfo, qk: int, w: _Walk, produced_at: Mapping[str, int]
     return t
 
 
-def _added(mask: TensorInfo, add: int, w: _Walk, produced_at: Mapping[str, int]) -> _Added:
+def _added(mask: TensorInfo, add: int, w: _Walk, produced_at: Mapping[str, int],
+           built_in: bool = True) -> _Added:
     """A mask added to the scores as the kernel reads it: one the add alone reads, built by
     a Where of a condition and two values (torch's SDPA decomposition turns a boolean mask
-    into 0 / -inf that way, in every layer), is built in the kernel from the condition."""
+    into 0 / -inf that way, in every layer), is built in the kernel from the condition
+    (``built_in``; eager PyTorch converts a boolean ``attn_mask`` to an additive one before
+    its kernel, ``convert_boolean_attn_mask`` in aten's attention.cpp: the Where stays)."""
     p = produced_at.get(mask.name)
-    where = w.out[p] if p is not None and w.readers.sole(mask.name) == add else None
+    where = w.out[p] if built_in and p is not None and w.readers.sole(mask.name) == add \
+        else None
     if where is None or not costed(where, "Where") or len(where.node.inputs) != 3:
         return _Added(mask, mask)
     cond, a, b = where.node.inputs
@@ -205,7 +210,8 @@ def _added(mask: TensorInfo, add: int, w: _Walk, produced_at: Mapping[str, int])
 
 
 def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
-           causal: Mapping[str, CausalMask], produced_at: Mapping[str, int]) -> _Chain | None:
+           causal: Mapping[str, CausalMask], produced_at: Mapping[str, int],
+           masks_built_in: bool = True) -> _Chain | None:
     w = _Walk(out, readers, out[i].node.outputs[0])
     w.members.append(i)
     if w.at("Mul", "Div"):
@@ -215,7 +221,8 @@ def _chain(i: int, out: list[NodeResult], readers: SoleReaders,
             w.take()
     masks: list[_Added] = []
     while len(masks) < MAX_ADDED and w.at("Add") and other_operand(out[w.next], w.read):
-        masks.append(_added(other_operand(out[w.next], w.read), w.next, w, produced_at))
+        masks.append(_added(other_operand(out[w.next], w.read), w.next, w, produced_at,
+                            masks_built_in))
         w.take()
     filled, selected = None, None
     if w.at("Where") and (step := _where(out[w.next].node, w.read, causal)) is not None:
@@ -344,7 +351,8 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     ``scaled_dot_product_attention`` call (Q and K both scaled by sqrt(scale), which neither
     Hugging Face's eager attention nor hand-written attention does) that PyTorch would run
     on a fused kernel (``_sdpa_kernel``); the fused node reads K, not K^T. PyTorch's kernel
-    given an explicit mask computes every pair, so no mask is read as causal then."""
+    given an explicit mask computes every pair, so no mask is read as causal then, and a
+    boolean mask's conversion to 0 / -inf (the export's Where) runs before it."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     causal = {} if sdpa_calls else causal
@@ -353,7 +361,7 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
-        c = _chain(i, out, readers, causal or {}, produced_at)
+        c = _chain(i, out, readers, causal or {}, produced_at, not sdpa_calls)
         if c is not None and sdpa_calls:
             ok = _sdpa_kernel(c, r.cost.matmul, out[c.pv].cost.matmul.n)
             c = _as_sdpa_call(c, out, readers, produced_at) if ok else None
