@@ -193,3 +193,34 @@ def test_the_cli_names_the_call_s_nodes(tmp_path) -> None:
                                     "roofline"])
     assert res.exit_code == 0, res.output
     assert "in an SDPA kernel 8" in res.output
+
+
+# an --attn sdpa export: ONNX Attention (opset 23) given a padding mask of either dtype
+ONNX_ATTENTION = """
+<ir_version: 10, opset_import: ["" : 23]>
+g (float[2, 4, 8, 16] q, float[2, 4, 8, 16] k, float[2, 4, 8, 16] v, M[2, 1, 8, 8] m)
+    => (float[2, 4, 8, 16] y) {
+  y = Attention(q, k, v, m)
+}"""
+
+
+@pytest.mark.parametrize(("mask", "runtime", "ops"), [
+    # eager PyTorch converts the boolean mask first (convert_boolean_attn_mask)
+    ("bool", "eager", ["Where", "Attention"]),
+    ("bool", "cudagraph", ["Where", "Attention"]),
+    ("float", "eager", ["Attention"]),  # an additive mask is read as it is
+    ("bool", "graph", ["Attention"]),  # a compiled runtime's kernel reads the boolean mask
+])
+def test_an_onnx_attention_s_boolean_mask_is_converted_under_pytorch(mask, runtime, ops):
+    f = _run(ONNX_ATTENTION.replace("M[", f"{mask}["), runtime)
+    assert _ops(f) == ops
+
+
+def test_the_converted_mask_is_read_at_the_query_s_dtype():
+    # 128 mask elements: the conversion reads 128 bool bytes and writes 512 fp32 ones, which
+    # the attention then reads, as it would read a float mask given directly
+    converted = _run(ONNX_ATTENTION.replace("M[", "bool["))
+    given = _run(ONNX_ATTENTION.replace("M[", "float["))
+    where, att = (k.kernel.cost for k in converted.kernels)
+    assert where.bytes == 128 + 512
+    assert att == given.kernels[0].kernel.cost

@@ -26,6 +26,7 @@ from .native import select_backend
 from .predictor import Predictor, RooflinePredictor, predict_checked
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
+from .sdpa_mask import convert_bool_masks
 from .steps import expand_steps
 from .types import Kernel
 from .views import eager_views, graph_views
@@ -68,6 +69,7 @@ def prepare(graph: Graph, runtime: str, *, fused_sdpa: bool = True) -> tuple[Nod
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
+        results = convert_bool_masks(results)  # before an ONNX Attention: its kernel
         # first: the transposes around an SDPA call are then views of its kernel's operands
         if fused_sdpa:
             results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True)
