@@ -355,17 +355,17 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     boolean mask's conversion to 0 / -inf (the export's Where) runs before it."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
-    causal = {} if sdpa_calls else causal
-    out = [_causal_op(r, causal or {}) for r in results]
+    causal = {} if sdpa_calls or causal is None else causal
+    out = [_causal_op(r, causal) for r in results]
     reason = SDPA_CALL if sdpa_calls else FUSED_ATTENTION
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
-        c = _chain(i, out, readers, causal or {}, produced_at, not sdpa_calls)
+        c = _chain(i, out, readers, causal, produced_at, not sdpa_calls)
         if c is not None and sdpa_calls:
             ok = _sdpa_kernel(c, r.cost.matmul, out[c.pv].cost.matmul.n)
             c = _as_sdpa_call(c, out, readers, produced_at) if ok else None
-        fused = _fused(r.cost.matmul, out[c.pv], c, causal or {}) if c is not None else None
+        fused = _fused(r.cost.matmul, out[c.pv], c, causal) if c is not None else None
         if fused is None:
             continue
         out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])

@@ -202,7 +202,9 @@ def select_backend(kernels: Sequence[Kernel], math: str, runtime: str,
         elif fused or not runs_native(native, k.dtype, math, runtime, memory_format):
             out.append(plain)
         else:
-            walk = plain if memory_format == CHANNELS_LAST else k
+            channels_last_bn = memory_format == CHANNELS_LAST and isinstance(native,
+                                                                             NativeBatchNorm)
+            walk = plain if channels_last_bn else k
             if k.op_type == STATS_OP:
                 with_stats.add(k.nodes)
                 out += [walk, *channel_kernels(k, TRAINING_PASSES)]
@@ -210,7 +212,7 @@ def select_backend(kernels: Sequence[Kernel], math: str, runtime: str,
                     and k.nodes not in with_stats:
                 out += [*channel_kernels(k, INFERENCE_PASSES), walk]
             else:
-                out.append(walk if isinstance(native, NativeBatchNorm) else k)
+                out.append(walk)
     return out
 
 
