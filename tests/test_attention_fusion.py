@@ -59,7 +59,7 @@ def _fused(f) -> int:
 
 # CASTS: both casts are to the fp32 the graph already has, so they copy nothing
 # (cast_fusion.drop_noop_casts) and the chain walks past them as views
-@pytest.mark.parametrize(("text", "members"), [(PLAIN, 4), (CASTS, 4)])
+@pytest.mark.parametrize(("text", "members"), [(PLAIN, 5), (CASTS, 5)])
 def test_graph_runtime_runs_eager_attention_as_one_kernel(text: str, members: int) -> None:
     f = _run(text)
     assert "Softmax" not in _ops(f) and _ops(f).count("Attention") == 1
@@ -68,7 +68,7 @@ def test_graph_runtime_runs_eager_attention_as_one_kernel(text: str, members: in
     assert (att.cost.flops, att.cost.bytes) == (FLOPS, BYTES)
     mm = att.cost.matmul
     assert (mm.b, mm.m, mm.n, mm.k) == (8, 8, 8, 16)
-    assert _fused(f) == members  # QK^T, scale, mask add, softmax
+    assert _fused(f) == members  # K's transpose (the kernel reads K), QK^T, scale, add, softmax
 
 
 @pytest.mark.parametrize("runtime", ["eager", "cudagraph"])
@@ -100,7 +100,7 @@ def test_a_masked_fill_of_the_scores_runs_in_the_kernel(where: str, fused: bool)
     atts = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
     if fused:
         assert [(a.cost.flops, a.cost.bytes) for a in atts] == [(FLOPS, 4 * 4096 + 16)]
-        assert _fused(f) == 4
+        assert _fused(f) == 5
     else:
         assert atts == [] and "Softmax" in _ops(f)
 
@@ -112,7 +112,7 @@ GUARDED = PLAIN.replace("<float scale = {0.25}>", "<float scale = {0.25}, float 
 
 
 @pytest.mark.parametrize(("guard", "fused"), [
-    (GUARD, 6),  # QK^T, scale, mask add, softmax, IsNaN, Where
+    (GUARD, 7),  # K's transpose, QK^T, scale, mask add, softmax, IsNaN, Where
     (("pg = Where(nan, zero, p)", "pg = Where(nan, v, p)"), 0),  # a tensor selected in
     (("y = MatMul(pg, v)", "y = MatMul(pg, v)\n  w = Not(nan)"), 0),  # the test read again
 ])
@@ -151,20 +151,19 @@ def _outputs(text: str, *extra: str) -> str:
 
 
 @pytest.mark.parametrize(("text", "ops", "fused", "bytes_"), [
-    # Mul q, Mul k, QK^T, Where, Add, Softmax; K's transpose is read in place by the kernel
-    # (attention_layout.py)
-    (SDPA, ["Attention"], 6, 4 * 4096 + 16),
+    # K's transpose, Mul q, Mul k, QK^T, Where, Add, Softmax: the kernel reads K
+    (SDPA, ["Attention"], 7, 4 * 4096 + 16),
     # the scaled Q is also an output: it is written, and the kernel reads it
-    (_outputs(SDPA, "float[2, 4, 8, 16] qs"), ["Mul", "Attention"], 5,
+    (_outputs(SDPA, "float[2, 4, 8, 16] qs"), ["Mul", "Attention"], 6,
      4 * 4096 + 16),
     # the 0 / -inf mask is also an output: built once and read as floats (2 x 8 x 4 bytes)
-    (_outputs(SDPA, "float[2, 1, 1, 8] a"), ["Where", "Attention"], 5,
+    (_outputs(SDPA, "float[2, 1, 1, 8] a"), ["Where", "Attention"], 6,
      4 * 4096 + 64),
     # a scale per channel is not one value, nor is a per-key bias selected in: both stay
     # kernels, and the kernel reads the Where's floats
     (SDPA.replace("qs = Mul(q, rs)", "qs = Mul(q, dim)")
      .replace("Where(m, zero, ninf)", "Where(m, key, ninf)"),
-     ["Mul", "Where", "Attention"], 4, 4 * 4096 + 64),
+     ["Mul", "Where", "Attention"], 5, 4 * 4096 + 64),
 ])
 def test_sdpa_scales_and_mask_run_in_the_kernel(text: str, ops: list[str], fused: int,
                                                 bytes_: int) -> None:
@@ -194,4 +193,4 @@ def test_the_report_names_the_fused_nodes() -> None:
     from tilecast.report import render
 
     text = render(_run(PLAIN), "table")
-    assert "in a fused attention kernel 4" in text
+    assert "in a fused attention kernel 5" in text

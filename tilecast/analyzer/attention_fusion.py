@@ -22,12 +22,15 @@ the kernel, which reads the condition), a Where filling the scores outside
 a causal band or setting them to one value where a condition holds (``masked_fill``; the
 kernel reads the condition), any Casts, then a Softmax over the last axis, any Casts (and
 torch's NaN guard on them), and a batched MatMul whose left operand is the probabilities.
+The kernel reads K itself where the Reshapes and Transposes building K^T can be walked
+back (``attention_layout.key_of``: they become part of it), else K^T (the fused node
+records ``k_transposed``).
 The Split and transposes that lay out Q, K, V and the output are read and written in
-place by the kernel where they keep the head dim contiguous (``attention_layout.py``; the
-fused node records ``k_transposed``: its K is the first product's K^T). A mask the graph builds as a
-bottom-right aligned causal one (causal.py reads how it was built) limits the kernel to the
-visible pairs, as an exported ``is_causal`` op does; any other mask counts every pair.
-Under a graph runtime, inference only.
+place by the kernel where they keep the head dim contiguous (``attention_layout.py``). A
+mask the graph builds as a bottom-right aligned causal one (causal.py reads how it was built)
+limits the kernel to the visible pairs, as an exported ``is_causal`` op does, and one built
+from positions alone is then read by nobody: the nodes building it are dropped
+(mask_builders.py). Any other mask counts every pair. Under a graph runtime, inference only.
 
 Eager PyTorch and a CUDA-graph replay run hand-written attention op by op, but one
 ``F.scaled_dot_product_attention`` call as one kernel (flash or memory-efficient attention;
@@ -40,7 +43,9 @@ has a fused kernel for them (fp16 / bf16 / fp32, head dims 16-byte aligned for 1
 types, 4 elements for fp32: ``SDPA_ALIGNMENT``); the kernel reads K, and the Reshapes and
 Transposes building K^T are part of the call. A mask is an explicit ``attn_mask`` there:
 every pair is computed, as PyTorch's memory-efficient kernel does with one, and a boolean
-one's Where to 0 / -inf stays (PyTorch converts it before the kernel). On a GPU without
+one's Where to 0 / -inf stays (PyTorch converts it before the kernel); except the mask
+torch.onnx writes for ``is_causal=True`` (mask_builders.py), a flag PyTorch's kernel applies
+by index. On a GPU without
 fused SDPA kernels (``NO_FUSED_SDPA``: MI100) the chain stays op by op.
 """
 
@@ -50,11 +55,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult
+from .attention_layout import key_of
 from .causal import CausalMask
 from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost, onnx_attention
 from .epilogues import SoleReaders, costed, other_operand
+from .mask_builders import drop_unread, exported_is_causal
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
-from .views import is_perm
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
 SDPA_CALL = "part of one scaled_dot_product_attention call (PyTorch runs it fused)"
@@ -67,9 +73,6 @@ SDPA_ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4}
 # from AOTriton, built for gfx90a (CDNA2) and gfx942 (CDNA3) and later, not gfx908 (MI100,
 # CDNA1: pytorch/pytorch#141958), so the call runs its math path, op by op.
 NO_FUSED_SDPA = frozenset({("amd", "cdna1")})
-# Reshapes and Transposes torch.onnx writes to build K^T from K: one Transpose (TorchScript
-# exporter), Reshape to 3-D -> Transpose -> Reshape back (dynamo exporter).
-MAX_KEY_STEPS = 3
 # Tensors added to the scores before the softmax that a fused kernel reads: a mask and a
 # position bias (T5's relative attention bias, ALiBi) at most.
 MAX_ADDED = 2
@@ -264,36 +267,6 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     return replace(r, node=node, cost=c)
 
 
-def _key(kt: TensorInfo, out: list[NodeResult], readers: SoleReaders,
-         produced_at: Mapping[str, int]) -> tuple[TensorInfo, tuple[int, ...]] | None:
-    """K, and the nodes that build the first product's K^T from it: back from K^T through
-    Reshapes that keep the last two dims and one Transpose that brings its input's last
-    (contiguous, head-dim) axis to the K^T's rows (``MAX_KEY_STEPS`` in all), each result read
-    by the next step alone; None otherwise. The TorchScript exporter's last-two swap may be
-    merged with the heads' permute into one (0, 2, 3, 1): K is then the (B, S, H, D)
-    projection itself, which the kernel reads in place."""
-    if kt.shape is None or len(kt.shape) < 2:
-        return None
-    want = (*kt.shape[:-2], kt.shape[-1], kt.shape[-2])
-    t, steps, found = kt, [], False
-    while len(steps) < MAX_KEY_STEPS and not (found and tuple(t.shape) == want):
-        p = produced_at.get(t.name)
-        x = out[p].node.inputs[0] if p is not None and out[p].node.inputs else None
-        if x is None or out[p].node.domain or x.shape is None or len(x.shape) < 2 \
-                or readers.sole(t.name) is None:
-            break
-        node = out[p].node
-        if not found and node.op_type == "Transpose" and is_perm(node.attr("perm"), len(x.shape)) \
-                and node.attr("perm")[-2] == len(x.shape) - 1:
-            found = True
-        elif not (node.op_type == "Reshape" and tuple(x.shape[-2:]) == tuple(t.shape[-2:])):
-            break
-        steps.append(p)
-        t = x
-    ok = found and t.known and t.numel == kt.numel and t.shape[-1] == kt.shape[-2]
-    return (t, tuple(steps)) if ok else None
-
-
 def pytorch_fuses_sdpa(vendor: str, arch: str) -> bool:
     """Does PyTorch have a fused SDPA kernel (flash, memory-efficient) for this GPU?"""
     return (vendor, arch) not in NO_FUSED_SDPA
@@ -303,6 +276,13 @@ def _sdpa_kernel(c: _Chain, qk: MatmulDims, v_head: int) -> bool:
     """Would PyTorch run this SDPA call on a fused kernel (dtype and head-dim alignment)?"""
     align = SDPA_ALIGNMENT.get(c.q.dtype)
     return c.scaled and align is not None and qk.k % align == 0 and v_head % align == 0
+
+
+def _causal_added(c: _Chain, qk: MatmulDims, causal: Mapping[str, CausalMask]
+                  ) -> list[CausalMask | None]:
+    """Per tensor added to the scores: the causal mask it is over these queries and keys."""
+    return [causal.get(a.tensor.name) if a.tensor.shape is not None
+            and tuple(a.tensor.shape[-2:]) == (qk.m, qk.n) else None for a in c.masks]
 
 
 def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, CausalMask]
@@ -315,8 +295,7 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     d = pv.cost.matmul
     if (d.b, d.m, d.k) != (qk.b, qk.m, qk.n):
         return None
-    found = [causal.get(a.tensor.name) if a.tensor.shape is not None
-             and tuple(a.tensor.shape[-2:]) == (qk.m, qk.n) else None for a in c.masks]
+    found = _causal_added(c, qk, causal)
     bands = [causal[c.filled.name]] if c.filled is not None else []
     mask = next((f for f in (*bands, *found) if f is not None), None)
     read = tuple(a.read for a, f in zip(c.masks, found, strict=True)
@@ -330,11 +309,25 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * len(read), {})
 
 
+def _unread_masks(c: _Chain, qk: MatmulDims, causal: Mapping[str, CausalMask],
+                  out: list[NodeResult]) -> list[str]:
+    """What the chain's kernel skips by index: each added causal mask built from positions
+    alone (as the kernel would read it: a Where's condition) and the band a Where step fills
+    the scores outside of (mask_builders.py drops the nodes building them)."""
+    names = [a.read.name for a, m in zip(c.masks, _causal_added(c, qk, causal), strict=True)
+             if m is not None and m.exact and not m.carries_values]
+    if c.filled is not None and causal[c.filled.name].exact:
+        step = next(out[j] for j in c.members if out[j].node.outputs
+                    and out[j].node.outputs[0].name == c.filled.name)
+        names.append(step.node.inputs[0].name)
+    return names
+
+
 def _as_sdpa_call(c: _Chain, out: list[NodeResult], readers: SoleReaders,
                   produced_at: Mapping[str, int]) -> _Chain:
     """The chain reading K itself, with the Reshapes and Transposes building K^T as members
     (SDPA's kernels take K as the model passed it); as it is where K^T is built otherwise."""
-    found = _key(c.k, out, readers, produced_at)
+    found = key_of(c.k, out, readers, produced_at)
     if found is None:
         return c
     return replace(c, k=found[0], members=(*c.members, *found[1]), k_transposed=False)
@@ -350,28 +343,34 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     ``sdpa_calls``: eager PyTorch (any mode): only the chains torch.onnx writes for one
     ``scaled_dot_product_attention`` call (Q and K both scaled by sqrt(scale), which neither
     Hugging Face's eager attention nor hand-written attention does) that PyTorch would run
-    on a fused kernel (``_sdpa_kernel``); the fused node reads K, not K^T. PyTorch's kernel
-    given an explicit mask computes every pair, so no mask is read as causal then, and a
-    boolean mask's conversion to 0 / -inf (the export's Where) runs before it."""
+    on a fused kernel (``_sdpa_kernel``). PyTorch's kernel given an explicit mask computes
+    every pair, so only the exported ``is_causal`` flag is read as causal then, and a boolean
+    mask's conversion to 0 / -inf (the export's Where) runs before it."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
-    causal = {} if sdpa_calls or causal is None else causal
+    causal = {} if causal is None else causal
+    if sdpa_calls:
+        causal = exported_is_causal(causal, results, produced_at)
     out = [_causal_op(r, causal) for r in results]
+    unread = [r.node.inputs[3].name for r, o in zip(results, out, strict=True)
+              if o is not r and o.node.input(3) is None and causal[r.node.inputs[3].name].exact]
     reason = SDPA_CALL if sdpa_calls else FUSED_ATTENTION
     for i, r in enumerate(out):
         if not _batched(r) or out[i] is not r:
             continue
         c = _chain(i, out, readers, causal, produced_at, not sdpa_calls)
-        if c is not None and sdpa_calls:
-            ok = _sdpa_kernel(c, r.cost.matmul, out[c.pv].cost.matmul.n)
-            c = _as_sdpa_call(c, out, readers, produced_at) if ok else None
+        if c is not None and sdpa_calls and not _sdpa_kernel(c, r.cost.matmul,
+                                                             out[c.pv].cost.matmul.n):
+            c = None
+        c = _as_sdpa_call(c, out, readers, produced_at) if c is not None else None
         fused = _fused(r.cost.matmul, out[c.pv], c, causal) if c is not None else None
         if fused is None:
             continue
+        unread += _unread_masks(c, r.cost.matmul, causal, out)
         out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])
         for j in c.members:
             out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
                                 reason)
         for j in c.views:
             out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
-    return tuple(out)
+    return drop_unread(out, unread, graph_outputs)

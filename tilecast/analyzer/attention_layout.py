@@ -27,14 +27,17 @@ a transpose that moves the head dim) stays a kernel.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 
 from .analysis import NodeResult
-from .epilogues import DataReaders, costed
-from .types import NodeView
+from .epilogues import DataReaders, SoleReaders, costed
+from .types import NodeView, TensorInfo
 from .views import is_perm
 
+# Reshapes and Transposes torch.onnx writes to build K^T from K: one Transpose (TorchScript
+# exporter), Reshape to 3-D -> Transpose -> Reshape back (dynamo exporter).
+MAX_KEY_STEPS = 3
 LAYOUT_IN_KERNEL = "layout read or written in place by a fused attention kernel (graph runtime)"
 # The operand axis that holds the head dim, per input slot of a fused attention node: Q and V
 # are (.., S, D); K is (.., D, S) in a fused eager chain (the first product's K^T) and
@@ -107,3 +110,33 @@ def read_in_place(results: Sequence[NodeResult], graph_outputs: Iterable[str] = 
     for j in absorbed | splits:
         out[j] = replace(out[j], outcome="zero", cost=None, reason=LAYOUT_IN_KERNEL)
     return tuple(out)
+
+
+def key_of(kt: TensorInfo, out: list[NodeResult], readers: SoleReaders,
+         produced_at: Mapping[str, int]) -> tuple[TensorInfo, tuple[int, ...]] | None:
+    """K, and the nodes that build the first product's K^T from it: back from K^T through
+    Reshapes that keep the last two dims and one Transpose that brings its input's last
+    (contiguous, head-dim) axis to the K^T's rows (``MAX_KEY_STEPS`` in all), each result read
+    by the next step alone; None otherwise. The TorchScript exporter's last-two swap may be
+    merged with the heads' permute into one (0, 2, 3, 1): K is then the (B, S, H, D)
+    projection itself, which the kernel reads in place."""
+    if kt.shape is None or len(kt.shape) < 2:
+        return None
+    want = (*kt.shape[:-2], kt.shape[-1], kt.shape[-2])
+    t, steps, found = kt, [], False
+    while len(steps) < MAX_KEY_STEPS and not (found and tuple(t.shape) == want):
+        p = produced_at.get(t.name)
+        x = out[p].node.inputs[0] if p is not None and out[p].node.inputs else None
+        if x is None or out[p].node.domain or x.shape is None or len(x.shape) < 2 \
+                or readers.sole(t.name) is None:
+            break
+        node = out[p].node
+        if not found and node.op_type == "Transpose" and is_perm(node.attr("perm"), len(x.shape)) \
+                and node.attr("perm")[-2] == len(x.shape) - 1:
+            found = True
+        elif not (node.op_type == "Reshape" and tuple(x.shape[-2:]) == tuple(t.shape[-2:])):
+            break
+        steps.append(p)
+        t = x
+    ok = found and t.known and t.numel == kt.numel and t.shape[-1] == kt.shape[-2]
+    return (t, tuple(steps)) if ok else None

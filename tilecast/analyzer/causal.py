@@ -77,10 +77,13 @@ class MaskedScores:
 class CausalMask:
     """A bottom-right aligned causal mask; ``window`` > 0: each query sees window + 1 keys.
     ``carries_values``: inside the band it holds values a kernel adding it must read (a
-    position bias filled with a very negative value outside the band, as T5 builds it)."""
+    position bias filled with a very negative value outside the band, as T5 builds it).
+    ``exact``: built from constants and shapes alone, the band and nothing else (not and'ed
+    with a padding mask read from the inputs): a kernel masking by index needs none of it."""
 
     window: int = 0
     carries_values: bool = False
+    exact: bool = True
 
 
 Rule = Callable[[NodeView, Sequence[object]], object]
@@ -305,5 +308,5 @@ def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str,
         lo, hi = band.lo, band.hi
         if hi == skv - sq and (lo is None or lo <= hi):
             out[name] = CausalMask(0 if lo is None or hi - lo >= skv else hi - lo,
-                                   isinstance(v, MaskedScores))
+                                   isinstance(v, MaskedScores), band.exact)
     return out

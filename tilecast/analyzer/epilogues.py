@@ -33,7 +33,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from .analysis import NodeResult, readers_of
-from .costs.zero import PASS_THROUGH
+from .costs.zero import PASS_THROUGH, SHAPE_ONLY
 from .fusion import METADATA_READERS
 from .types import TensorInfo
 
@@ -117,13 +117,18 @@ class SoleReaders:
 
 
 class DataReaders(SoleReaders):
-    """Who reads each tensor's elements: shape queries (``Shape``, ``Size``) read none, so
-    they do not keep a tensor alive for a kernel that would otherwise write it in place."""
+    """Who reads each tensor's elements: shape queries (``Shape``, ``Size``) read none, nor
+    does a Transpose only they read (``SHAPE_ONLY``), so they do not keep a tensor alive for
+    a kernel that would otherwise write it in place."""
 
     def __init__(self, results: Sequence[NodeResult], graph_outputs: Iterable[str]) -> None:
         super().__init__(results, graph_outputs)
-        self.at = {name: [i for i in found if i < 0 or results[i].node.op_type
-                          not in METADATA_READERS] for name, found in self.at.items()}
+        self.at = {name: [i for i in found if i < 0 or not _reads_no_data(results[i])]
+                   for name, found in self.at.items()}
+
+
+def _reads_no_data(r: NodeResult) -> bool:
+    return r.node.op_type in METADATA_READERS or r.outcome == "zero" and r.reason == SHAPE_ONLY
 
 
 def _chain(i: int, out: list[NodeResult], readers: SoleReaders, produced_at: dict[str, int],

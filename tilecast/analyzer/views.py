@@ -21,6 +21,8 @@ consumers read strided operands; where one needs contiguous memory the copy is r
   and the model's ``contiguous()`` / ``reshape`` copy nothing.
 - Split/Slice along the last dim feeding GEMMs, Reshape (GPT-2's ``view`` of each q/k/v
   chunk), Transpose or elementwise ops (TensorIterator takes any strides).
+- Transposes whose output only ``Shape`` / ``Size`` read: no consumer asks for the data
+  (under a graph runtime too: its compiler knows the shape without the kernel).
 - Everything else (Concat, Reshape of a permuted tensor, graph outputs) stays a copy.
 
 Graph runtimes (``--runtime graph``) copy what eager PyTorch keeps as views (an XLA or
@@ -38,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .analysis import NodeResult
+from .costs.zero import SHAPE_ONLY
 from .fusion import METADATA_READERS
 
 VIEW_TRANSPOSE = "view: cuBLAS reads the operand transposed (op(A)/op(B) flag of the GEMM)"
@@ -145,6 +148,19 @@ def _transpose_root(r: NodeResult) -> tuple[tuple[int, ...], list[int]] | None:
     return tuple(x.shape), list(perm)
 
 
+def _shape_read_only(results: Sequence[NodeResult], consumers: Consumers,
+                     graph_outputs: frozenset[str]) -> set[int]:
+    """ids of the costed Transposes whose outputs only Shape / Size read (the TorchScript
+    exporter's SDPA call reads the (B, H, S, D) key's length that way when it builds K^T
+    from the projection directly): eager PyTorch's transpose is a view, and a graph
+    compiler knows the shape without running it."""
+    sized = {t.name for r in results if r.node.op_type in METADATA_READERS and not r.node.domain
+             for t in r.node.inputs if t is not None}
+    return {id(r) for r in results if _transpose_root(r) is not None and all(
+        t.name in sized and t.name not in graph_outputs and not consumers.get(t.name)
+        for t in r.node.outputs)}
+
+
 def is_perm(perm: object, rank: int) -> bool:
     """A valid permutation of the rank's axes (a malformed graph's attribute may not be)."""
     return isinstance(perm, (list, tuple)) and sorted(perm) == list(range(rank))
@@ -167,7 +183,7 @@ def eager_views(results: Sequence[NodeResult],
     """Zero-cost (with the reason) the Transpose/Split/Slice nodes eager PyTorch runs as views."""
     consumers = _consumers(results)
     sdpa_out = _sdpa_outputs(results)
-    views: dict[int, str] = {}
+    views = dict.fromkeys(_shape_read_only(results, consumers, graph_outputs), SHAPE_ONLY)
     for r in results:  # graph order: a chain's first Transpose is seen before the rest
         root = None if id(r) in views else _transpose_root(r)
         if root and r.node.inputs[0].name in sdpa_out and root[1] == [0, 2, 1, 3]:
@@ -200,11 +216,11 @@ def graph_views(results: Sequence[NodeResult],
     """Zero-cost (with the reason) the last-two-dims Transposes a graph compiler folds into
     the GEMMs that read them."""
     consumers = _consumers(results)
-    folded = set()
+    views = dict.fromkeys(_shape_read_only(results, consumers, graph_outputs), SHAPE_ONLY)
     for r in results:
         root = _transpose_root(r)
         users = _users(r, consumers, graph_outputs) if root else None
         if users and _swaps_last_two(root[1]) and _gemm_operand_of_all(r, users):
-            folded.add(id(r))
-    return tuple(NodeResult(r.node, "zero", None, FOLDED_TRANSPOSE) if id(r) in folded else r
+            views[id(r)] = FOLDED_TRANSPOSE
+    return tuple(NodeResult(r.node, "zero", None, views[id(r)]) if id(r) in views else r
                  for r in results)

@@ -9,6 +9,8 @@ NOOP_CAST = "a cast to the dtype its input has: no copy (PyTorch's .to() returns
 # Zero-cost nodes whose output holds their input's elements as they lie: a fusion pass
 # walks past them (epilogues.py, attention_fusion.py, cast_fusion.py)
 PASS_THROUGH = frozenset({VIEW, NOOP_CAST})
+# A Transpose only Shape / Size read (views.py): it reads no elements either
+SHAPE_ONLY = "view: only its shape is read (Shape / Size), no kernel writes it"
 ZERO_COST: dict[str, str] = {
     "Reshape": VIEW,
     "Flatten": VIEW,
