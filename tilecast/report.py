@@ -13,6 +13,7 @@ from .analyzer.epilogues import FUSED_EPILOGUE
 from .analyzer.fold import FOLDED, HOST
 from .analyzer.forecast import GRAPH_FLOOR_EVIDENCE, GRAPH_FLOOR_US, Forecast, KernelForecast
 from .analyzer.mask_builders import CAUSAL_BY_INDEX
+from .analyzer.padding import UNPADDED
 from .analyzer.qdq import FUSED_DQ
 from .analyzer.rewrites import FOLDED_BIAS
 from .analyzer.runtime import FOLDED_BN, GRAPH_KERNEL_LAUNCH_US, HOST_DISPATCH_US
@@ -23,7 +24,8 @@ ZERO_COST_LABELS = {HOST: HOST, FOLDED: FOLDED, FUSED_DQ: "QDQ fused",
                     FUSED_EPILOGUE: "in Conv/GEMM epilogue", CPU_ONLY: "CPU-only",
                     FUSED_ATTENTION: "in a fused attention kernel",
                     SDPA_CALL: "in an SDPA kernel",
-                    CAUSAL_BY_INDEX: "causal mask applied by index"}
+                    CAUSAL_BY_INDEX: "causal mask applied by index",
+                    UNPADDED: "padding mask of an unpadded batch"}
 FORMATS = ("table", "json", "csv", "markdown")
 CSV_FIELDS = ("name", "op_type", "family", "phase", "dtype", "flops", "bytes", "latency_ms",
               "bound", "tile", "extrapolated", "estimated", "nodes", "math", "runtime",

@@ -60,6 +60,7 @@ from .causal import CausalMask
 from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost, onnx_attention
 from .epilogues import SoleReaders, costed, other_operand
 from .mask_builders import drop_unread, exported_is_causal
+from .padding import UNPADDED
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
@@ -259,10 +260,11 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     if found is None:
         return r
     kept = mask if found.carries_values else None  # a biased band is read, the rest skipped
+    flag = {"is_causal": 1} if found.causal else {}  # else no pair hidden: padding.py
     node = replace(r.node, inputs=(*r.node.inputs[:3], kept, *r.node.inputs[4:]),
-                   attrs={**r.node.attrs, "is_causal": 1})
+                   attrs={**r.node.attrs, **flag})
     c = onnx_attention(node, found.window)
-    if c.matmul is None or tuple(mask.shape[-2:]) != (c.matmul.m, c.matmul.n):
+    if c.matmul is None or not _over(mask.shape, c.matmul.m, c.matmul.n, found):
         return r
     return replace(r, node=node, cost=c)
 
@@ -281,8 +283,17 @@ def _sdpa_kernel(c: _Chain, qk: MatmulDims, v_head: int) -> bool:
 def _causal_added(c: _Chain, qk: MatmulDims, causal: Mapping[str, CausalMask]
                   ) -> list[CausalMask | None]:
     """Per tensor added to the scores: the causal mask it is over these queries and keys."""
-    return [causal.get(a.tensor.name) if a.tensor.shape is not None
-            and tuple(a.tensor.shape[-2:]) == (qk.m, qk.n) else None for a in c.masks]
+    found = [causal.get(a.tensor.name) if a.tensor.shape is not None else None
+             for a in c.masks]
+    return [f if f is not None and _over(a.tensor.shape, qk.m, qk.n, f) else None
+            for a, f in zip(c.masks, found, strict=True)]
+
+
+def _over(shape: Sequence[int], m: int, n: int, mask: CausalMask) -> bool:
+    """Is a mask of this shape over (m queries, n keys)? One hiding no pair may broadcast."""
+    tail = tuple(shape[-2:])
+    return tail == (m, n) or not mask.causal and len(tail) == 2 \
+        and all(d in (1, e) for d, e in zip(tail, (m, n), strict=True))
 
 
 def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, CausalMask]
@@ -304,8 +315,9 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
     attrs = {**pv.node.attrs, "k_transposed": 1} if c.k_transposed else dict(pv.node.attrs)
     node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read),
                    attrs=attrs)  # K^T: attention_layout.py
-    heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=mask is not None,
-                  window=mask.window if mask is not None else 0)
+    causal_ = mask is not None and mask.causal
+    heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=causal_,
+                  window=mask.window if causal_ else 0)
     return node, attention_cost(node, heads, SCORE_FLOPS + MASK_FLOPS * len(read), {})
 
 
@@ -335,7 +347,8 @@ def _as_sdpa_call(c: _Chain, out: list[NodeResult], readers: SoleReaders,
 
 def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] = (),
                    causal: Mapping[str, CausalMask] | None = None, *,
-                   sdpa_calls: bool = False) -> tuple[NodeResult, ...]:
+                   sdpa_calls: bool = False,
+                   unpadded: Mapping[str, CausalMask] | None = None) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: each eager attention chain becomes one fused
     attention kernel at its P @ V MatMul (module docstring). ``causal``: the graph's causal
     masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs.
@@ -350,7 +363,7 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     causal = {} if causal is None else causal
     if sdpa_calls:
-        causal = exported_is_causal(causal, results, produced_at)
+        causal = {**exported_is_causal(causal, results, produced_at), **(unpadded or {})}
     out = [_causal_op(r, causal) for r in results]
     unread = [r.node.inputs[3].name for r, o in zip(results, out, strict=True)
               if o is not r and o.node.input(3) is None and causal[r.node.inputs[3].name].exact]
@@ -373,4 +386,6 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
                                 reason)
         for j in c.views:
             out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
-    return drop_unread(out, unread, graph_outputs)
+    skipped = [n for n in unread if n in (unpadded or {})]  # padding.py: none is built
+    out = drop_unread(out, skipped, graph_outputs, UNPADDED)
+    return drop_unread(out, [n for n in unread if n not in skipped], graph_outputs)

@@ -35,6 +35,7 @@ from .band_values import HIDDEN_BELOW, band_of, decode
 from .index_values import (
     INDEX_RULES,
     SHAPE_ONLY,
+    Affine,
     Uniform,
     as_affine,
     constant,
@@ -84,6 +85,7 @@ class CausalMask:
     window: int = 0
     carries_values: bool = False
     exact: bool = True
+    causal: bool = True  # False: no pair hidden (padding.py: an unpadded batch's mask)
 
 
 Rule = Callable[[NodeView, Sequence[object]], object]
@@ -112,17 +114,25 @@ def _compare(swap: bool, strict: bool) -> Rule:
         a, b = (args[1], args[0]) if swap else (args[0], args[1])
         d = linear(-1)(node, [a, b])
         out = node.outputs[0].shape
-        d = as_affine(d, len(out)) if out is not None and len(out) >= 2 else None
-        if d is None or any(d.coefs[:-2]):
+        d = as_affine(d, len(out)) if out is not None else None
+        if d is None:
             return None
         c = -1 if strict else 0
-        if d.coefs[-2:] == (-1, 1):  # key - query <= c - offset
-            return Band(None, c - d.offset)
-        if d.coefs[-2:] == (1, -1):  # query - key <= c - offset: key - query >= offset - c
-            return Band(d.offset - c, None)
-        return None
+        if len(out) >= 2 and not any(d.coefs[:-2]):
+            if d.coefs[-2:] == (-1, 1):  # key - query <= c - offset
+                return Band(None, c - d.offset)
+            if d.coefs[-2:] == (1, -1):  # query - key <= c - offset: key - query >= offset-c
+                return Band(d.offset - c, None)
+        lo, hi = _extent(d, out)  # the same answer everywhere: ``kv_index >= 0``
+        return Uniform(1.0) if hi <= c else Uniform(0.0) if lo > c else None
 
     return rule
+
+
+def _extent(d: Affine, shape: Sequence[int]) -> tuple[int, int]:
+    """The least and the greatest value a grid takes over a shape."""
+    spans = [c * (n - 1) for c, n in zip(d.coefs, shape, strict=True)]
+    return (d.offset + sum(min(0, x) for x in spans), d.offset + sum(max(0, x) for x in spans))
 
 
 def _and(node: NodeView, args: Sequence[object]) -> object:
@@ -161,8 +171,11 @@ def _zero(v: object) -> bool:
 def _where(node: NodeView, args: Sequence[object]) -> object:
     """Where(band, 0, very negative) is an additive band mask, and so is Where(band, very
     negative, 0) of a one-sided band (masked_fill of the hidden side); Where(anything, very
-    negative, band mask) (a padding mask filled in) hides at least what the band hides."""
+    negative, band mask) (a padding mask filled in) hides at least what the band hides. A
+    splat condition selects one side."""
     cond, x, y = args[0], args[1], args[2]
+    if isinstance(cond, Uniform):
+        return x if cond.value else y
     if isinstance(cond, Band) and _zero(x) and _hidden(y):
         return BandMask(cond)
     if isinstance(cond, Band) and _hidden(x) and _zero(y):
@@ -273,23 +286,41 @@ def _ready(proto: onnx.NodeProto, values: Mapping[str, object]) -> bool:
     return any(n in values for n in proto.input[:None if proto.op_type in ANY_OPERAND else 1])
 
 
-def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, object]:
-    """Every value derived from constants alone that one of the abstract forms describes."""
-    values: dict[str, object] = {}
-    for t in model.graph.initializer:
-        v = _tensor(t)
-        if v is not None:
-            values[t.name] = v
+def abstract_values(model: onnx.ModelProto, nodes: Sequence[NodeView],
+                    ones: Sequence[str] = (), base: Mapping[str, object] | None = None
+                    ) -> dict[str, object]:
+    """Every value derived from constants alone (and the graph inputs ``ones``, taken as all
+    ones) that one of the abstract forms describes. ``base``: these values without ``ones``
+    (this call's own result), so that only the nodes downstream of them are evaluated."""
+    if base is None:
+        values: dict[str, object] = {t.name: v for t in model.graph.initializer
+                                     if (v := _tensor(t)) is not None}
+        changed = None
+    else:
+        values, changed = dict(base), set(ones)
+    values.update({name: Uniform(1.0) for name in ones if name not in values})
     for proto, node in zip(model.graph.node, nodes, strict=True):
-        if proto.op_type in ("Constant", "ConstantOfShape") and proto.domain in ("", "ai.onnx"):
-            v = _attr_constant(proto)
-        elif proto.op_type in RULES and proto.domain in ("", "ai.onnx") and _ready(proto, values):
-            v = RULES[proto.op_type](node, [*(values.get(n) for n in proto.input), None, None])
-        else:
+        if changed is not None and not changed.intersection(proto.input):
             continue
-        if v is not None and proto.output:
-            values[proto.output[0]] = v
+        v = _value(proto, node, values)
+        out = proto.output[0] if proto.output else None
+        if out is None or (changed is not None and v == values.get(out)):
+            continue
+        if v is not None:
+            values[out] = v
+        elif changed is not None:
+            values.pop(out, None)
+        if changed is not None:
+            changed.add(out)
     return values
+
+
+def _value(proto: onnx.NodeProto, node: NodeView, values: Mapping[str, object]) -> object:
+    if proto.op_type in ("Constant", "ConstantOfShape") and proto.domain in ("", "ai.onnx"):
+        return _attr_constant(proto)
+    if proto.op_type in RULES and proto.domain in ("", "ai.onnx") and _ready(proto, values):
+        return RULES[proto.op_type](node, [*(values.get(n) for n in proto.input), None, None])
+    return None
 
 
 def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, CausalMask]:
@@ -297,16 +328,23 @@ def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str,
     scores filled with a very negative value outside such a band (a Where), that are
     bottom-right aligned causal over their last two dims (name -> window), read from how
     they were built."""
-    out: dict[str, CausalMask] = {}
-    shapes = {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
-    for name, v in abstract_values(model, nodes).items():
-        shape = shapes.get(name)
-        band = v.band if isinstance(v, BandMask | MaskedScores) else v
-        if not isinstance(band, Band) or shape is None or len(shape) < 2:
-            continue
-        sq, skv = shape[-2], shape[-1]
-        lo, hi = band.lo, band.hi
-        if hi == skv - sq and (lo is None or lo <= hi):
-            out[name] = CausalMask(0 if lo is None or hi - lo >= skv else hi - lo,
-                                   isinstance(v, MaskedScores), band.exact)
-    return out
+    shapes = _tensor_shapes(nodes)
+    out = {name: mask_of(v, shapes.get(name)) for name, v in abstract_values(model, nodes).items()}
+    return {name: m for name, m in out.items() if m is not None}
+
+
+def _tensor_shapes(nodes: Sequence[NodeView]) -> dict[str, tuple[int, ...] | None]:
+    return {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
+
+
+def mask_of(v: object, shape: tuple[int, ...] | None) -> CausalMask | None:
+    """The causal mask an abstract value of this shape is, if it is one."""
+    band = v.band if isinstance(v, BandMask | MaskedScores) else v
+    if not isinstance(band, Band) or shape is None or len(shape) < 2:
+        return None
+    sq, skv = shape[-2], shape[-1]
+    lo, hi = band.lo, band.hi
+    if hi != skv - sq or (lo is not None and lo > hi):
+        return None
+    return CausalMask(0 if lo is None or hi - lo >= skv else hi - lo,
+                      isinstance(v, MaskedScores), band.exact)

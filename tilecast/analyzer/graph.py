@@ -21,6 +21,7 @@ from onnx import helper
 from ..errors import ModelLoadError, UnknownDimError
 from . import dim_exprs
 from .causal import CausalMask, causal_masks
+from .padding import Unpadded, unpadded_masks
 from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
 from .validate import validate_graph
@@ -45,6 +46,8 @@ class Graph:
     # attention masks (additive or boolean) built as causal ones, and scores filled outside
     # such a band (causal.py): name -> window
     causal_masks: Mapping[str, CausalMask] = field(default_factory=dict)
+    # the masks an unpadded batch skips under Hugging Face's SDPA path (padding.py)
+    unpadded: Unpadded = field(default_factory=Unpadded)
 
     def unbound_in(self, node: NodeView) -> list[tuple[str, str]]:
         """(tensor, dim name) pairs of the node's values whose shape holds an unbound dim."""
@@ -175,9 +178,10 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.get(vi.name), unbound)
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
+    causal = causal_masks(model, nodes)
     return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound,
-                 input_dims, tuple(d for d in input_dims if d not in dims),
-                 causal_masks(model, nodes))
+                 input_dims, tuple(d for d in input_dims if d not in dims), causal,
+                 unpadded_masks(model, nodes, causal))
 
 
 def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],

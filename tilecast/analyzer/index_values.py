@@ -326,7 +326,7 @@ def gather(node: NodeView, args: Sequence[object]) -> object:
     data, i = args[0], scalar(args[1])
     idx = node.input(1)
     if isinstance(data, Uniform) or i is None or idx is None or idx.shape != ():
-        return data if isinstance(data, Uniform) and i is not None else None
+        return data if isinstance(data, Uniform) else None  # a splat's elements, any of them
     axis = int(node.attr("axis", 0))
     if isinstance(data, Vector) and axis in (0, -1):
         return Uniform(float(data.values[i])) if -len(data.values) <= i < len(data.values) \
@@ -346,8 +346,21 @@ def range_(node: NodeView, args: Sequence[object]) -> object:
         else None
 
 
+def product(node: NodeView, args: Sequence[object]) -> object:
+    """Mul of two splats (a padding mask's (1 - mask) * min, with the mask all ones)."""
+    a, b = args[0], args[1]
+    return Uniform(a.value * b.value) if isinstance(a, Uniform) and isinstance(b, Uniform) \
+        else None
+
+
+def splat_gather(node: NodeView, args: Sequence[object]) -> object:
+    """GatherElements of a splat: the splat."""
+    return args[0] if isinstance(args[0], Uniform) else None
+
+
 INDEX_RULES: Mapping[str, Rule] = {
-    **dict.fromkeys(("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity"), view),
+    **dict.fromkeys(("Reshape", "Unsqueeze", "Squeeze", "Cast", "Identity", "Flatten"), view),
+    "Mul": product, "GatherElements": splat_gather,
     "Expand": expand, "Add": linear(1), "Sub": linear(-1), "Equal": equal,
     "Not": logical_not, "CumSum": cumsum, "Transpose": transpose, "Slice": slice_,
     "Concat": concat, "GatherND": gather_nd, "Range": range_, "Shape": shape, "Gather": gather,

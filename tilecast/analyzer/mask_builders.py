@@ -25,6 +25,7 @@ from dataclasses import replace
 from .analysis import NodeResult
 from .causal import CausalMask
 from .costs.zero import PASS_THROUGH
+from .fusion import METADATA_READERS
 
 CAUSAL_BY_INDEX = "built a causal mask the attention kernel applies by index"
 
@@ -59,11 +60,13 @@ def exported_is_causal(causal: Mapping[str, CausalMask], results: Sequence[NodeR
 
 
 def drop_unread(results: Sequence[NodeResult], masks: Iterable[str],
-                graph_outputs: Iterable[str] = ()) -> tuple[NodeResult, ...]:
+                graph_outputs: Iterable[str] = (), reason: str = CAUSAL_BY_INDEX
+                ) -> tuple[NodeResult, ...]:
     """Each kernel (and view) that builds one of ``masks`` and whose outputs nothing reads
     any more becomes zero-cost, back to the host-side shape arithmetic it started from."""
     out = list(results)
-    readers = Counter(t.name for r in out for t in r.node.inputs if t is not None)
+    readers = Counter(t.name for r in out if r.node.op_type not in METADATA_READERS
+                      for t in r.node.inputs if t is not None)  # a Shape reads no data
     readers.update(graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(out) for t in r.node.outputs}
     todo = list(masks)
@@ -80,5 +83,5 @@ def drop_unread(results: Sequence[NodeResult], masks: Iterable[str],
                 todo.append(t.name)
         gone = replace(r.node, inputs=(), outputs=())
         out[p] = replace(r, node=gone) if view else \
-            NodeResult(gone, "zero", None, CAUSAL_BY_INDEX)
+            NodeResult(gone, "zero", None, reason)
     return tuple(out)

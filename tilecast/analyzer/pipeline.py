@@ -26,7 +26,7 @@ from .native import select_backend
 from .predictor import Predictor, RooflinePredictor, predict_checked
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
-from .sdpa_mask import convert_bool_masks
+from .sdpa_mask import convert_bool_masks, padding_checks
 from .steps import expand_steps
 from .types import Kernel
 from .views import eager_views, graph_views
@@ -69,10 +69,14 @@ def prepare(graph: Graph, runtime: str, *, fused_sdpa: bool = True) -> tuple[Nod
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
-        results = convert_bool_masks(results)  # before an ONNX Attention: its kernel
         # first: the transposes around an SDPA call are then views of its kernel's operands
-        if fused_sdpa:
-            results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True)
+        if fused_sdpa:  # an unpadded batch's masks are not built (padding.py)
+            before = results
+            results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True,
+                                     unpadded=graph.unpadded.masks)
+            results = padding_checks(results, graph.inputs,
+                                     graph.unpadded.checked(before, results))
+        results = convert_bool_masks(results)  # of the masks still passed
         results = eager_views(results, outputs)
     else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
         results = graph_views(results, outputs)
