@@ -5,10 +5,9 @@ causal mask built from positions alone under a graph runtime. A mask a model pas
 
 from __future__ import annotations
 
-import onnx.parser
 import pytest
+from attention_helpers import attention, ops, reasons, run
 
-import tilecast
 from tilecast.analyzer.attention_fusion import SDPA_CALL
 from tilecast.analyzer.costs.zero import SHAPE_ONLY
 from tilecast.analyzer.mask_builders import CAUSAL_BY_INDEX
@@ -60,61 +59,43 @@ QKV_OUT_BYTES = 4 * 2 * 16 * 4 * 16 * 4  # Q, K, V and the output, fp32
 MASK_BYTES = 16 * 16 * 4  # the (16, 16) fp32 mask
 
 
-def _run(text: str, runtime: str = "eager"):
-    return tilecast.analyze(onnx.parser.parse_model(text), "a100-sxm4-40gb",
-                            predictor="roofline", runtime=runtime, dims={"S": 16})
-
-
-def _ops(f) -> list[str]:
-    return sorted(k.kernel.op_type for k in f.kernels)
-
-
-def _reasons(f, reason: str) -> int:
-    return sum(z.count for z in f.zero_cost_reasons if z.reason == reason)
-
-
-def _attention(f):
-    (att,) = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
-    return att
-
-
 @pytest.mark.parametrize("runtime", ["eager", "cudagraph", "graph"])
 def test_exported_is_causal_is_one_causal_kernel_and_no_mask(runtime: str) -> None:
-    f = _run(HEAD + IS_CAUSAL + TAIL, runtime)
-    assert _ops(f) == ["Attention"]
-    att = _attention(f)
+    f = run(HEAD + IS_CAUSAL + TAIL, runtime)
+    assert ops(f) == ["Attention"]
+    att = attention(f)
     assert att.cost.matmul.causal and att.cost.flops == CAUSAL_FLOPS
     assert att.cost.bytes == QKV_OUT_BYTES  # the kernel masks by index: no mask read
     # Expand, Trilu, Equal and Where (a member of the fused chain under the graph runtime)
-    assert _reasons(f, CAUSAL_BY_INDEX) == (4 if runtime != "graph" else 3)
+    assert reasons(f, CAUSAL_BY_INDEX) == (4 if runtime != "graph" else 3)
 
 
 @pytest.mark.parametrize("runtime", ["eager", "cudagraph"])
 def test_a_mask_the_model_passes_stays_under_pytorch(runtime: str) -> None:
-    f = _run(HEAD + OWN_MASK + TAIL, runtime)
+    f = run(HEAD + OWN_MASK + TAIL, runtime)
     # PyTorch builds the mask (ones, tril, the boolean-to-additive conversion) and its
     # kernel reads it for every pair
-    assert _ops(f) == ["Attention", "Expand", "Trilu", "Where"]
-    att = _attention(f)
+    assert ops(f) == ["Attention", "Expand", "Trilu", "Where"]
+    att = attention(f)
     assert not att.cost.matmul.causal and att.cost.flops == EVERY_PAIR_FLOPS
     assert att.cost.bytes == QKV_OUT_BYTES + MASK_BYTES
-    assert _reasons(f, CAUSAL_BY_INDEX) == 0
+    assert reasons(f, CAUSAL_BY_INDEX) == 0
 
 
 def test_a_graph_runtime_drops_any_causal_mask_it_applies_by_index() -> None:
-    f = _run(HEAD + OWN_MASK + TAIL, "graph")
-    assert _ops(f) == ["Attention"] and _attention(f).cost.flops == CAUSAL_FLOPS
-    assert _reasons(f, CAUSAL_BY_INDEX) == 2  # Expand, Trilu (the Where is in the chain)
+    f = run(HEAD + OWN_MASK + TAIL, "graph")
+    assert ops(f) == ["Attention"] and attention(f).cost.flops == CAUSAL_FLOPS
+    assert reasons(f, CAUSAL_BY_INDEX) == 2  # Expand, Trilu (the Where is in the chain)
 
 
 def test_a_mask_builder_read_elsewhere_stays() -> None:
     # the tril is also a graph output: it is written whatever the kernel reads
     text = (HEAD + IS_CAUSAL + TAIL).replace(
         "=> (float[2, S, 4, 16] y)", "=> (float[2, S, 4, 16] y, float[S, S] tri)")
-    f = _run(text)
-    assert _ops(f) == ["Attention", "Expand", "Trilu"]
-    assert _attention(f).cost.flops == CAUSAL_FLOPS
-    assert _reasons(f, CAUSAL_BY_INDEX) == 2  # Equal, Where
+    f = run(text)
+    assert ops(f) == ["Attention", "Expand", "Trilu"]
+    assert attention(f).cost.flops == CAUSAL_FLOPS
+    assert reasons(f, CAUSAL_BY_INDEX) == 2  # Equal, Where
 
 
 def test_a_padding_mask_and_ed_in_is_built_under_a_graph_runtime() -> None:
@@ -124,9 +105,9 @@ def test_a_padding_mask_and_ed_in_is_built_under_a_graph_runtime() -> None:
                                     "vis = And(tri, pad)\n  cm = Where(vis, zero, ninf)")
             + TAIL).replace("float[2, S, 4, 16] vp)",
                             "float[2, S, 4, 16] vp, bool[2, 1, 1, S] pad)")
-    f = _run(text, "graph")
-    assert "And" in _ops(f) and _attention(f).cost.matmul.causal
-    assert _reasons(f, CAUSAL_BY_INDEX) == 0
+    f = run(text, "graph")
+    assert "And" in ops(f) and attention(f).cost.matmul.causal
+    assert reasons(f, CAUSAL_BY_INDEX) == 0
 
 
 # the TorchScript exporter's optimizer merges K's heads permute into K^T's (0, 2, 3, 1): the
@@ -140,8 +121,8 @@ MERGED = (HEAD + IS_CAUSAL + TAIL).replace(
     ("graph", 7),  # ... and the K^T Transpose, the Where
 ])
 def test_a_transpose_only_a_shape_reads_is_no_kernel(runtime: str, members: int) -> None:
-    f = _run(MERGED, runtime)
-    assert _ops(f) == ["Attention"]
-    assert _reasons(f, SHAPE_ONLY) == 1
+    f = run(MERGED, runtime)
+    assert ops(f) == ["Attention"]
+    assert reasons(f, SHAPE_ONLY) == 1
     if runtime == "eager":
-        assert _reasons(f, SDPA_CALL) == members + 1  # the merged K^T permute
+        assert reasons(f, SDPA_CALL) == members + 1  # the merged K^T permute

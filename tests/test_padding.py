@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import onnx.parser
 import pytest
+from attention_helpers import attention, ops, reasons, run
 
 import tilecast
 from tilecast.analyzer.padding import UNPADDED
@@ -62,24 +63,6 @@ CAUSAL = 8 * 136 * (2 * 2 * 16 + 6)
 QKV_OUT_BYTES = 4 * 2 * 16 * 4 * 16 * 4
 
 
-def _run(text: str, runtime: str = "eager"):
-    return tilecast.analyze(onnx.parser.parse_model(text), "a100-sxm4-40gb",
-                            predictor="roofline", runtime=runtime, dims={"S": 16})
-
-
-def _ops(f) -> list[str]:
-    return sorted(k.kernel.op_type for k in f.kernels)
-
-
-def _reasons(f, reason: str) -> int:
-    return sum(z.count for z in f.zero_cost_reasons if z.reason == reason)
-
-
-def _attention(f):
-    (att,) = [k.kernel for k in f.kernels if k.kernel.op_type == "Attention"]
-    return att
-
-
 @pytest.mark.parametrize(("text", "flops", "builders"), [
     # the views between them (Unsqueeze) stay views
     (ENCODER, EVERY_PAIR, 2),  # Cast, Where: unmasked
@@ -89,16 +72,18 @@ def _attention(f):
 @pytest.mark.parametrize("runtime", ["eager", "cudagraph"])
 def test_an_unpadded_batch_passes_sdpa_no_mask(text: str, flops: int, builders: int,
                                                runtime: str) -> None:
-    f = _run(text, runtime)
-    assert _ops(f) == ["Attention", "ReduceSum"]
-    att = _attention(f)
+    f = run(text, runtime)
+    # a CUDA-graph capture cannot read a check back (a host sync): its model is called
+    # without an attention mask, which Hugging Face skips unchecked
+    assert ops(f) == (["Attention", "ReduceSum"] if runtime == "eager" else ["Attention"])
+    att = attention(f)
     assert att.cost.flops == flops and att.cost.bytes == QKV_OUT_BYTES
     assert att.cost.matmul.causal is (flops == CAUSAL)
-    assert _reasons(f, UNPADDED) == builders
+    assert reasons(f, UNPADDED) == builders
 
 
 def test_one_reduction_checks_the_input_first() -> None:
-    f = _run(DECODER)
+    f = run(DECODER)
     check = f.kernels[0].kernel
     assert (check.op_type, check.name) == ("ReduceSum", "am/padding_check")
     assert check.cost.bytes == 2 * 16 * 8 + 8  # the (2, 16) int64 input, one int64 out
@@ -106,26 +91,26 @@ def test_one_reduction_checks_the_input_first() -> None:
 
 def test_a_graph_runtime_builds_the_padding_mask() -> None:
     # the engine computes the mask from whatever the input holds: its kernels stay
-    f = _run(ENCODER, "graph")
-    assert "Cast" in _ops(f) and "ReduceSum" not in _ops(f)
-    assert _reasons(f, UNPADDED) == 0
+    f = run(ENCODER, "graph")
+    assert "Cast" in ops(f) and "ReduceSum" not in ops(f)
+    assert reasons(f, UNPADDED) == 0
 
 
 def test_hand_written_attention_builds_its_mask_under_eager() -> None:
     # Hugging Face skips masks for SDPA only: its eager attention adds the mask it builds
-    f = _run(HAND)
-    assert "Attention" not in _ops(f) and "ReduceSum" not in _ops(f)
-    assert {"Cast", "LessOrEqual", "And", "Where"} <= set(_ops(f))
-    assert _reasons(f, UNPADDED) == 0
+    f = run(HAND)
+    assert "Attention" not in ops(f) and "ReduceSum" not in ops(f)
+    assert {"Cast", "LessOrEqual", "And", "Where"} <= set(ops(f))
+    assert reasons(f, UNPADDED) == 0
 
 
 def test_a_mask_read_elsewhere_is_still_built() -> None:
     # the boolean mask is also a graph output: written whatever the kernel reads
     text = DECODER.replace("=> (float[2, S, 4, 16] y)",
                            "=> (float[2, S, 4, 16] y, bool[2, 1, S, S] vis)")
-    f = _run(text)
-    assert _attention(f).cost.matmul.causal
-    assert {"Cast", "LessOrEqual", "And"} <= set(_ops(f)) and "Where" not in _ops(f)
+    f = run(text)
+    assert attention(f).cost.matmul.causal
+    assert {"Cast", "LessOrEqual", "And"} <= set(ops(f)) and "Where" not in ops(f)
 
 
 # ONNX Attention (opset 23, an ``--attn sdpa`` export) given the padding as a boolean mask:
@@ -140,14 +125,14 @@ g (float[2, 4, S, 16] q, float[2, 4, S, 16] k, float[2, 4, S, 16] v, int64[2, S]
 }"""
 
 
-@pytest.mark.parametrize(("runtime", "ops"), [
+@pytest.mark.parametrize(("runtime", "kernels"), [
     ("eager", ["Attention", "ReduceSum"]),
     ("graph", ["Attention", "Cast"]),  # the engine's kernel reads the boolean mask
 ])
-def test_an_onnx_attention_s_padding_mask(runtime: str, ops: list[str]) -> None:
-    f = _run(OP, runtime)
-    assert _ops(f) == ops
-    att = _attention(f)
+def test_an_onnx_attention_s_padding_mask(runtime: str, kernels: list[str]) -> None:
+    f = run(OP, runtime)
+    assert ops(f) == kernels
+    att = attention(f)
     assert not att.cost.matmul.causal
     read = QKV_OUT_BYTES + (2 * 16 if runtime == "graph" else 0)  # (2, 1, 1, 16) bool
     assert att.cost.bytes == read
@@ -158,7 +143,7 @@ def test_only_the_mask_s_input_is_checked() -> None:
     text = DECODER.replace("int64[2, S] am)", "int64[2, S] am, int64[2, S] ids)").replace(
         "=> (float[2, S, 4, 16] y)", "=> (float[2, S, 4, 16] y, float[2, S] e)").replace(
         "  pad = Cast", "  e = Cast <to = 1> (ids)\n  pad = Cast")
-    f = _run(text)
+    f = run(text)
     assert [k.kernel.name for k in f.kernels if k.kernel.op_type == "ReduceSum"] == \
         ["am/padding_check"]
 
@@ -178,9 +163,9 @@ CACHED = (DECODER.replace("float[2, S, 4, 16] kp, float[2, S, 4, 16] vp, int64[2
 def test_a_prompt_after_cached_keys_keeps_its_mask() -> None:
     f = tilecast.analyze(onnx.parser.parse_model(CACHED), "a100-sxm4-40gb",
                          predictor="roofline", dims={"S": 16, "T": 32})
-    att = _attention(f)
+    att = attention(f)
     assert not att.cost.matmul.causal and (att.cost.matmul.m, att.cost.matmul.n) == (16, 32)
-    assert "ReduceSum" not in _ops(f) and _reasons(f, UNPADDED) == 0
+    assert "ReduceSum" not in ops(f) and reasons(f, UNPADDED) == 0
 
 
 @pytest.mark.parametrize("text", [ENCODER, LEGACY, DECODER])
@@ -198,6 +183,6 @@ def test_the_downstream_pass_agrees_with_a_full_one(text: str) -> None:
 def test_a_mask_hiding_every_pair_is_no_skipped_mask() -> None:
     # the input's ones taken as what to hide: all ones would hide every pair, which is no
     # mask Hugging Face drops, so it is built and read as exported
-    f = _run(ENCODER.replace("pad = Cast <to = 9> (am)", "pad = Equal(am, i0)"))
-    assert "ReduceSum" not in _ops(f) and _reasons(f, UNPADDED) == 0
-    assert _attention(f).cost.bytes > QKV_OUT_BYTES
+    f = run(ENCODER.replace("pad = Cast <to = 9> (am)", "pad = Equal(am, i0)"))
+    assert "ReduceSum" not in ops(f) and reasons(f, UNPADDED) == 0
+    assert attention(f).cost.bytes > QKV_OUT_BYTES

@@ -358,7 +358,8 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     Hugging Face's eager attention nor hand-written attention does) that PyTorch would run
     on a fused kernel (``_sdpa_kernel``). PyTorch's kernel given an explicit mask computes
     every pair, so only the exported ``is_causal`` flag is read as causal then, and a boolean
-    mask's conversion to 0 / -inf (the export's Where) runs before it."""
+    mask's conversion to 0 / -inf (the export's Where) runs before it. ``unpadded``: the
+    masks an unpadded batch does not pass at all (padding.py), as the kernels then run."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     causal = {} if causal is None else causal
@@ -380,12 +381,17 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
         if fused is None:
             continue
         unread += _unread_masks(c, r.cost.matmul, causal, out)
-        out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])
-        for j in c.members:
-            out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None,
-                                reason)
-        for j in c.views:
-            out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))
+        _apply(out, c, fused, reason)
     skipped = [n for n in unread if n in (unpadded or {})]  # padding.py: none is built
     out = drop_unread(out, skipped, graph_outputs, UNPADDED)
     return drop_unread(out, [n for n in unread if n not in skipped], graph_outputs)
+
+
+def _apply(out: list[NodeResult], c: _Chain, fused: tuple[NodeView, OpCost], reason: str
+           ) -> None:
+    """The chain's kernel at its P @ V node; its members zero-cost, its views gone."""
+    out[c.pv] = replace(out[c.pv], node=fused[0], cost=fused[1])
+    for j in c.members:
+        out[j] = NodeResult(replace(out[j].node, inputs=(), outputs=()), "zero", None, reason)
+    for j in c.views:
+        out[j] = replace(out[j], node=replace(out[j].node, inputs=(), outputs=()))

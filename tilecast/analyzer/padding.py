@@ -16,8 +16,9 @@ before (causal.py: the band and'ed with that input), or into one value where not
 before (an encoder's padding mask: one value added to every score changes no softmax), over
 as many queries as keys or over one query. Under eager PyTorch and a CUDA-graph replay such a
 mask is not built (pipeline.py): the kernel runs causal or unmasked and reads no mask, the
-nodes building it are zero-cost (``UNPADDED``), and one reduction over the input checks it
-(``sdpa_mask.padding_checks``).
+nodes building it are zero-cost (``UNPADDED``), and under eager one reduction over the input
+checks it (``sdpa_mask.padding_checks``; a CUDA-graph capture cannot read a check back, so its
+model is called without a mask, which Hugging Face skips unchecked).
 """
 
 from __future__ import annotations

@@ -74,8 +74,9 @@ def prepare(graph: Graph, runtime: str, *, fused_sdpa: bool = True) -> tuple[Nod
             before = results
             results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True,
                                      unpadded=graph.unpadded.masks)
-            results = padding_checks(results, graph.inputs,
-                                     graph.unpadded.checked(before, results))
+            if runtime == "eager":  # a capture cannot read the check back: no mask passed
+                results = padding_checks(results, graph.inputs,
+                                         graph.unpadded.checked(before, results))
         results = convert_bool_masks(results)  # of the masks still passed
         results = eager_views(results, outputs)
     else:  # ... but fold a last-two-dims Transpose into the GEMM reading it
