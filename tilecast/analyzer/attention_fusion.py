@@ -46,7 +46,7 @@ every pair is computed, as PyTorch's memory-efficient kernel does with one, and 
 one's Where to 0 / -inf stays (PyTorch converts it before the kernel); except the mask
 torch.onnx writes for ``is_causal=True`` (mask_builders.py), a flag PyTorch's kernel applies
 by index. On a GPU without
-fused SDPA kernels (``NO_FUSED_SDPA``: MI100) the chain stays op by op.
+fused SDPA kernels (``sdpa_kernels.NO_FUSED_SDPA``: MI100) the chain stays op by op.
 """
 
 from __future__ import annotations
@@ -61,6 +61,7 @@ from .costs.attention import MASK_FLOPS, SCORE_FLOPS, Heads, attention_cost, onn
 from .epilogues import SoleReaders, costed, other_operand
 from .mask_builders import drop_unread, exported_is_causal
 from .padding import UNPADDED
+from .sdpa_kernels import ANY_GPU, SdpaKernels, grouped_kv
 from .types import MatmulDims, NodeView, OpCost, TensorInfo
 
 FUSED_ATTENTION = "fused into an attention kernel (graph runtime)"
@@ -70,10 +71,6 @@ SDPA_CALL = "part of one scaled_dot_product_attention call (PyTorch runs it fuse
 # minimum_gemm_alignment / check_head_dim_size_mem_efficient); otherwise its math path runs
 # the decomposed ops one by one.
 SDPA_ALIGNMENT = {"float16": 8, "bfloat16": 8, "float32": 4}
-# GPUs PyTorch has no fused SDPA kernel for: ROCm's flash and memory-efficient attention come
-# from AOTriton, built for gfx90a (CDNA2) and gfx942 (CDNA3) and later, not gfx908 (MI100,
-# CDNA1: pytorch/pytorch#141958), so the call runs its math path, op by op.
-NO_FUSED_SDPA = frozenset({("amd", "cdna1")})
 # Tensors added to the scores before the softmax that a fused kernel reads: a mask and a
 # position bias (T5's relative attention bias, ALiBi) at most.
 MAX_ADDED = 2
@@ -100,6 +97,7 @@ class _Chain:
     selected: TensorInfo | None  # a Where's condition, read: masked_fill of any other mask
     scaled: bool = False  # Q and K both scaled before QK^T: torch's SDPA decomposition
     k_transposed: bool = True  # k is the first product's K^T (else K: an SDPA call's)
+    v: TensorInfo | None = None  # V as the kernel reads it, where not P @ V's operand
 
 
 def _batched(r: NodeResult) -> bool:
@@ -269,11 +267,6 @@ def _causal_op(r: NodeResult, causal: Mapping[str, CausalMask]) -> NodeResult:
     return replace(r, node=node, cost=c)
 
 
-def pytorch_fuses_sdpa(vendor: str, arch: str) -> bool:
-    """Does PyTorch have a fused SDPA kernel (flash, memory-efficient) for this GPU?"""
-    return (vendor, arch) not in NO_FUSED_SDPA
-
-
 def _sdpa_kernel(c: _Chain, qk: MatmulDims, v_head: int) -> bool:
     """Would PyTorch run this SDPA call on a fused kernel (dtype and head-dim alignment)?"""
     align = SDPA_ALIGNMENT.get(c.q.dtype)
@@ -313,7 +306,8 @@ def _fused(qk: MatmulDims, pv: NodeResult, c: _Chain, causal: Mapping[str, Causa
                  if f is None or f.carries_values)
     read += (c.selected,) if c.selected is not None else ()
     attrs = {**pv.node.attrs, "k_transposed": 1} if c.k_transposed else dict(pv.node.attrs)
-    node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, pv.node.inputs[1], *read),
+    v = c.v if c.v is not None else pv.node.inputs[1]
+    node = replace(pv.node, op_type="Attention", inputs=(c.q, c.k, v, *read),
                    attrs=attrs)  # K^T: attention_layout.py
     causal_ = mask is not None and mask.causal
     heads = Heads(1, qk.b, qk.b, qk.m, qk.n, qk.k, d.n, causal=causal_,
@@ -335,6 +329,21 @@ def _unread_masks(c: _Chain, qk: MatmulDims, causal: Mapping[str, CausalMask],
     return names
 
 
+def _grouped(c: _Chain, out: list[NodeResult], readers: SoleReaders,
+             produced_at: Mapping[str, int], unpadded: Mapping[str, CausalMask],
+             sdpa: SdpaKernels) -> _Chain | None:
+    """A call passed no mask (an unpadded batch) with K and V repeated per query head:
+    Hugging Face passes them grouped, which PyTorch's flash kernel reads as they are (the
+    repeats part of the call) and any other GPU or dtype runs on the math path (None: op by
+    op, as exported; sdpa_kernels.py)."""
+    kv = grouped_kv(c.k, out[c.pv].node.inputs[1], out, readers, produced_at) \
+        if any(a.tensor.name in unpadded for a in c.masks) else None
+    if kv is None:
+        return c
+    return replace(c, k=kv[0], v=kv[1], members=(*c.members, *kv[2])) \
+        if sdpa.reads_gqa(c.q.dtype) else None
+
+
 def _as_sdpa_call(c: _Chain, out: list[NodeResult], readers: SoleReaders,
                   produced_at: Mapping[str, int]) -> _Chain:
     """The chain reading K itself, with the Reshapes and Transposes building K^T as members
@@ -347,8 +356,8 @@ def _as_sdpa_call(c: _Chain, out: list[NodeResult], readers: SoleReaders,
 
 def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] = (),
                    causal: Mapping[str, CausalMask] | None = None, *,
-                   sdpa_calls: bool = False,
-                   unpadded: Mapping[str, CausalMask] | None = None) -> tuple[NodeResult, ...]:
+                   sdpa_calls: bool = False, unpadded: Mapping[str, CausalMask] | None = None,
+                   sdpa: SdpaKernels = ANY_GPU) -> tuple[NodeResult, ...]:
     """Inference under a graph runtime: each eager attention chain becomes one fused
     attention kernel at its P @ V MatMul (module docstring). ``causal``: the graph's causal
     masks (``Graph.causal_masks``); a chain adding one computes only the visible pairs.
@@ -359,7 +368,8 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
     on a fused kernel (``_sdpa_kernel``). PyTorch's kernel given an explicit mask computes
     every pair, so only the exported ``is_causal`` flag is read as causal then, and a boolean
     mask's conversion to 0 / -inf (the export's Where) runs before it. ``unpadded``: the
-    masks an unpadded batch does not pass at all (padding.py), as the kernels then run."""
+    masks an unpadded batch does not pass at all (padding.py), as the kernels then run;
+    ``sdpa``: which kernels PyTorch has for the GPU (grouped-query K and V: sdpa_kernels.py)."""
     readers = SoleReaders(results, graph_outputs)
     produced_at = {t.name: i for i, r in enumerate(results) for t in r.node.outputs}
     causal = {} if causal is None else causal
@@ -377,6 +387,8 @@ def fuse_attention(results: Sequence[NodeResult], graph_outputs: Iterable[str] =
                                                              out[c.pv].cost.matmul.n):
             c = None
         c = _as_sdpa_call(c, out, readers, produced_at) if c is not None else None
+        if c is not None and sdpa_calls:
+            c = _grouped(c, out, readers, produced_at, unpadded or {}, sdpa)
         fused = _fused(r.cost.matmul, out[c.pv], c, causal) if c is not None else None
         if fused is None:
             continue

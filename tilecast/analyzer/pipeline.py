@@ -13,7 +13,7 @@ from ..device_db import Device, load_device
 from ..errors import PredictorError, TilecastError
 from .activations import fuse_activations
 from .analysis import NodeResult, cost_graph, unshaped_root
-from .attention_fusion import fuse_attention, pytorch_fuses_sdpa
+from .attention_fusion import fuse_attention
 from .attention_layout import read_in_place
 from .cast_fusion import drop_noop_casts, fuse_casts
 from .epilogues import fuse_epilogues
@@ -21,11 +21,12 @@ from .fold import fold_load_time
 from .forecast import Forecast, KernelForecast, OpReason
 from .fusion import COMPILER, FusionGroup, FusionRules, fusion_groups
 from .graph import Graph, build_graph, load_model
-from .mathmode import apply_autocast, check_math, fold_weight_casts, tf32_kernels
+from .mathmode import AMP_DTYPES, apply_autocast, check_math, fold_weight_casts, tf32_kernels
 from .native import select_backend
 from .predictor import Predictor, RooflinePredictor, predict_checked
 from .rewrites import fold_linear_bias
 from .runtime import PYTORCH_RUNTIMES, apply_runtime, check_runtime, fold_batchnorm
+from .sdpa_kernels import ANY_GPU, SdpaKernels, pytorch_sdpa
 from .sdpa_mask import convert_bool_masks, padding_checks
 from .steps import expand_steps
 from .types import Kernel
@@ -58,22 +59,23 @@ def resolve_predictor(spec: str | os.PathLike[str] | Predictor | None) -> Predic
     return learned.load_predictor(path)
 
 
-def prepare(graph: Graph, runtime: str, *, fused_sdpa: bool = True) -> tuple[NodeResult, ...]:
+def prepare(graph: Graph, runtime: str, *, sdpa: SdpaKernels = ANY_GPU
+            ) -> tuple[NodeResult, ...]:
     """The graph's nodes costed as ``runtime`` runs them: linear biases folded into their
     GEMMs, load-time subgraphs folded, decomposed activations fused where the runtime does
     (activations.py), under PyTorch each exported ``scaled_dot_product_attention`` call as
     its one fused kernel (attention_fusion.py), the runtime's views (views.py), and the GEMM
-    operands that are weights marked (weights.py). ``fused_sdpa``: PyTorch has fused SDPA
-    kernels for the GPU (``pytorch_fuses_sdpa``)."""
+    operands that are weights marked (weights.py). ``sdpa``: PyTorch's SDPA kernels for the
+    GPU (``sdpa_kernels.pytorch_sdpa``)."""
     outputs = frozenset(graph.outputs)
     results = fuse_activations(fold_load_time(fold_linear_bias(cost_graph(graph))), outputs,
                                runtime=runtime, opset=graph.opsets.get("", 0))
     if runtime in PYTORCH_RUNTIMES:  # ORT / compiled runtimes run these as kernels (views.py)
         # first: the transposes around an SDPA call are then views of its kernel's operands
-        if fused_sdpa:  # an unpadded batch's masks are not built (padding.py)
+        if sdpa.fused:  # an unpadded batch's masks are not built (padding.py)
             before = results
             results = fuse_attention(results, outputs, graph.causal_masks, sdpa_calls=True,
-                                     unpadded=graph.unpadded.masks)
+                                     unpadded=graph.unpadded.masks, sdpa=sdpa)
             if runtime == "eager":  # a capture cannot read the check back: no mask passed
                 results = padding_checks(results, graph.inputs,
                                          graph.unpadded.checked(before, results))
@@ -147,7 +149,8 @@ def analyze(model: str | os.PathLike[str] | onnx.ModelProto,
     pred = resolve_predictor(predictor)
     proto = load_model(model)  # a weightless copy: the caller's proto is never touched
     graph = build_graph(proto, dims)
-    results = prepare(graph, runtime, fused_sdpa=pytorch_fuses_sdpa(dev.vendor, dev.arch))
+    results = prepare(graph, runtime,
+                      sdpa=pytorch_sdpa(dev.vendor, dev.arch, AMP_DTYPES.get(math)))
     node_count = len(results)
     compiled = runtime == "graph" and mode == "inference"
     if compiled:

@@ -10,17 +10,17 @@ from dataclasses import replace
 import onnx
 
 from ..analyzer.analysis import NodeResult
-from ..analyzer.attention_fusion import pytorch_fuses_sdpa
 from ..analyzer.cast_fusion import drop_noop_casts
 from ..analyzer.forecast import KernelForecast
 from ..analyzer.fusion import fusion_groups
 from ..analyzer.graph import build_graph, load_model
-from ..analyzer.mathmode import apply_autocast, check_math, tf32_kernels
+from ..analyzer.mathmode import AMP_DTYPES, apply_autocast, check_math, tf32_kernels
 from ..analyzer.native import select_backend
 from ..analyzer.params import parameters
 from ..analyzer.pipeline import kernels_of, node_kernels, prepare, resolve_predictor
 from ..analyzer.predictor import Predictor, predict_checked
 from ..analyzer.runtime import apply_runtime, check_runtime
+from ..analyzer.sdpa_kernels import ANY_GPU, SdpaKernels, pytorch_sdpa
 from ..analyzer.training import OPTIMIZER_TRAFFIC, training_kernels
 from ..analyzer.types import Kernel, OpCost, TensorInfo
 from ..device_db import Device, load_device
@@ -52,14 +52,14 @@ from .tensor import Roles, check_divisible, roles, shard_kernels
 
 
 def _graph(model: str | os.PathLike[str] | onnx.ModelProto, dims: Mapping[str, int] | None,
-           runtime: str = "eager", fused_sdpa: bool = True):
+           runtime: str = "eager", sdpa: SdpaKernels = ANY_GPU):
     """The model's nodes as each rank's runtime runs them (the single-GPU front end)."""
     proto = load_model(model)
     if isinstance(model, onnx.ModelProto):
         proto = onnx.ModelProto()
         proto.CopyFrom(model)
     graph = build_graph(proto, dims)
-    return proto, graph, prepare(graph, runtime, fused_sdpa=fused_sdpa)
+    return proto, graph, prepare(graph, runtime, sdpa=sdpa)
 
 
 def _clip_kernel(param_bytes: float, dtype: str) -> Kernel:
@@ -158,8 +158,8 @@ def analyze_parallel(model: str | os.PathLike[str] | onnx.ModelProto,
         cl = replace(cl, device=load_device(device))
     check_math(math, cl.device)
     pred = resolve_predictor(predictor)
-    proto, graph, results = _graph(model, dims, runtime,
-                                   pytorch_fuses_sdpa(cl.device.vendor, cl.device.arch))
+    proto, graph, results = _graph(model, dims, runtime, pytorch_sdpa(
+        cl.device.vendor, cl.device.arch, AMP_DTYPES.get(math)))
     results = drop_noop_casts(apply_autocast(results, math))
     s = recognize(results)
     warnings = list(s.warnings)
