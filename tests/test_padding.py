@@ -44,7 +44,7 @@ LEGACY = HEAD + """  fm = Cast <to = 1> (pad4)
   a = Mul(inv, ninf)
 """ + SDPA
 # a decoder's: key position <= query position, and'ed with the padding, (2, 1, S, S)
-DECODER = HEAD + """  sh = Shape(qp)
+DECODER_MASK = """  sh = Shape(qp)
   n = Gather <axis = 0> (sh, i1)
   pos = Range(i0, n, i1)
   kv = Unsqueeze(pos, ax0)
@@ -52,7 +52,8 @@ DECODER = HEAD + """  sh = Shape(qp)
   band = LessOrEqual(kv, qi)
   vis = And(band, pad4)
   a = Where(vis, zero, ninf)
-""" + SDPA
+"""
+DECODER = HEAD + DECODER_MASK + SDPA
 # hand-written attention (the scores scaled, Hugging Face's eager attention): no SDPA call
 HAND = DECODER.replace("  qs = Mul(q, half)\n  ks = Mul(kt, half)\n  s = MatMul(qs, ks)",
                        "  s0 = MatMul(q, kt)\n  s = Mul(s0, half)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import onnx.parser
 import pytest
-from test_padding import HEAD, SDPA
+from test_padding import DECODER_MASK, HEAD, SDPA
 
 import tilecast
 from tilecast.analyzer.sdpa_kernels import pytorch_sdpa
@@ -18,15 +18,7 @@ GQA = (HEAD.replace("float[2, S, 4, 16] kp, float[2, S, 4, 16] vp",
                     "float[2, S, 2, 16] kp, float[2, S, 2, 16] vp")
        .replace("int64[1] at2 = {2}>", "int64[1] at2 = {2}, int64[5] rep = {1, 1, 2, 1, 1}, "
                 "int64[4] heads = {2, 4, -1, 16}>")
-       + """  sh = Shape(qp)
-  n = Gather <axis = 0> (sh, i1)
-  pos = Range(i0, n, i1)
-  kv = Unsqueeze(pos, ax0)
-  qi = Unsqueeze(pos, ax1)
-  band = LessOrEqual(kv, qi)
-  vis = And(band, pad4)
-  a = Where(vis, zero, ninf)
-  k5 = Unsqueeze(k1, at2)
+       + DECODER_MASK + """  k5 = Unsqueeze(k1, at2)
   ke = Expand(k5, rep)
   kr = Reshape(ke, heads)
   v5 = Unsqueeze(v1, at2)
