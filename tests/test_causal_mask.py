@@ -10,7 +10,7 @@ import onnx.parser
 import pytest
 
 import tilecast
-from tilecast.analyzer.causal import CausalMask, causal_masks
+from tilecast.analyzer.causal import CausalMask
 from tilecast.analyzer.graph import build_graph, load_model
 
 RAMP_Q = "int64[1, 1, 8, 1] qi = {0, 1, 2, 3, 4, 5, 6, 7}"
@@ -49,7 +49,7 @@ def _attention(text: str, runtime: str = "graph"):
 
 def _masks(text: str) -> dict[str, CausalMask]:
     m = load_model(onnx.parser.parse_model(text))
-    return causal_masks(m, build_graph(m).nodes)
+    return dict(build_graph(m).causal_masks)
 
 
 # 8 (batch x heads) x visible pairs; QK^T and PV 2 * 16 FLOPs each per pair, the softmax 6

@@ -10,7 +10,7 @@ import onnx.parser
 import pytest
 from onnx.reference import ReferenceEvaluator
 
-from tilecast.analyzer.causal import CausalMask, abstract_values, causal_masks
+from tilecast.analyzer.causal import CausalMask, abstract_values
 from tilecast.analyzer.graph import build_graph, load_model
 from tilecast.analyzer.index_values import Affine, Uniform, Vector
 
@@ -131,11 +131,11 @@ g (float[2, 1, 6, 6] s) => (float[2, 1, 6, 6] y)
 
 def test_transformers_vmap_mask_is_causal() -> None:
     m = load_model(onnx.parser.parse_model(VMAP))
-    masks = causal_masks(m, build_graph(m).nodes)
+    masks = build_graph(m).causal_masks
     assert masks["m"] == masks["vis"] == CausalMask(0)
     swapped = VMAP.replace("LessOrEqual(kpos, qpos)", "LessOrEqual(qpos, kpos)")
     m = load_model(onnx.parser.parse_model(swapped))  # queries after their keys: not causal
-    assert "m" not in causal_masks(m, build_graph(m).nodes)
+    assert "m" not in build_graph(m).causal_masks
 
 
 # random chains of the tracked ops over a random grid: whatever the chain, a value tilecast

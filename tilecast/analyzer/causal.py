@@ -323,18 +323,15 @@ def _value(proto: onnx.NodeProto, node: NodeView, values: Mapping[str, object]) 
     return None
 
 
-def causal_masks(model: onnx.ModelProto, nodes: Sequence[NodeView]) -> dict[str, CausalMask]:
+def causal_masks(nodes: Sequence[NodeView], values: Mapping[str, object]
+                 ) -> dict[str, CausalMask]:
     """The graph's masks, additive (0 / very negative) or boolean (True: attend), and
     scores filled with a very negative value outside such a band (a Where), that are
     bottom-right aligned causal over their last two dims (name -> window), read from how
-    they were built."""
-    shapes = _tensor_shapes(nodes)
-    out = {name: mask_of(v, shapes.get(name)) for name, v in abstract_values(model, nodes).items()}
+    they were built (``values``: the graph's ``abstract_values``)."""
+    shapes = {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
+    out = {name: mask_of(v, shapes.get(name)) for name, v in values.items()}
     return {name: m for name, m in out.items() if m is not None}
-
-
-def _tensor_shapes(nodes: Sequence[NodeView]) -> dict[str, tuple[int, ...] | None]:
-    return {t.name: t.shape for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
 
 
 def mask_of(v: object, shape: tuple[int, ...] | None) -> CausalMask | None:

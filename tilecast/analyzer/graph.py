@@ -20,7 +20,7 @@ from onnx import helper
 
 from ..errors import ModelLoadError, UnknownDimError
 from . import dim_exprs
-from .causal import CausalMask, causal_masks
+from .causal import CausalMask, abstract_values, causal_masks
 from .padding import Unpadded, unpadded_masks
 from .propagate import propagate
 from .types import DTYPES, NodeView, TensorInfo
@@ -178,10 +178,11 @@ def build_graph(model: onnx.ModelProto, dims: Mapping[str, int] | None = None) -
     g_inputs = tuple(values.get(vi.name) or _tensor_info(vi.name, known.get(vi.name), unbound)
                      for vi in model.graph.input)
     g_outputs = tuple(vi.name for vi in model.graph.output)
-    causal = causal_masks(model, nodes)
+    values = abstract_values(model, nodes)  # what causal.py and padding.py read masks from
+    causal = causal_masks(nodes, values)
     return Graph(model.graph.name or "model", tuple(nodes), opsets, g_inputs, g_outputs, unbound,
                  input_dims, tuple(d for d in input_dims if d not in dims), causal,
-                 unpadded_masks(model, nodes, causal))
+                 unpadded_masks(model, nodes, values, causal))
 
 
 def _lookup(name: str, values: dict[str, TensorInfo], known: Mapping[str, Any],

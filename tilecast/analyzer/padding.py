@@ -3,7 +3,7 @@
 Hugging Face transformers builds each attention mask from its ``attention_mask`` input (the
 batch's padding) and, in a decoder, the causal band. With SDPA attention it first looks at
 the padding (``_ignore_causal_mask_sdpa`` and ``_ignore_bidirectional_mask_sdpa`` in
-masking_utils.py: ``padding_mask.all()``, one reduction read back by the host) and, where no
+masking_utils.py: ``fast_all``, one sum compared on the host) and, where no
 token is padding and the queries are all the keys or one, builds no mask at all: the call
 runs with ``is_causal`` (a decoder's prompt) or unmasked (an encoder; one decoded token). It
 never skips while tracing, so an export holds the mask as built from the input, and a graph
@@ -89,14 +89,16 @@ def _skipped(seeded: object, before: CausalMask | None, was: object,
 
 
 def unpadded_masks(model: onnx.ModelProto, nodes: Sequence[NodeView],
-                   causal: Mapping[str, CausalMask]) -> Unpadded:
-    """The masks of the graph an unpadded batch skips (module doc); ``causal``: the graph's
-    causal masks (``causal.causal_masks``)."""
+                   base: Mapping[str, object], causal: Mapping[str, CausalMask]) -> Unpadded:
+    """The masks of the graph an unpadded batch skips (module doc); ``base``: the graph's
+    ``abstract_values``, ``causal``: its causal masks (``causal.causal_masks``)."""
+    candidates = _candidates(model)
+    if not candidates:
+        return Unpadded()
     tensors = {t.name: t for n in nodes for t in (*n.inputs, *n.outputs) if t is not None}
-    base = abstract_values(model, nodes)
     masks: dict[str, CausalMask] = {}
     sources: dict[str, str] = {}
-    for name in _candidates(model):
+    for name in candidates:
         for t, v in abstract_values(model, nodes, ones=(name,), base=base).items():
             if t == name or v == base.get(t):
                 continue  # the input itself, or a value it does not reach

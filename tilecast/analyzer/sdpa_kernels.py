@@ -28,11 +28,6 @@ FLASH_ARCHS = frozenset({"ampere", "ada", "hopper", "blackwell"})
 FLASH_DTYPES = frozenset({"float16", "bfloat16"})
 
 
-def pytorch_fuses_sdpa(vendor: str, arch: str) -> bool:
-    """Does PyTorch have a fused SDPA kernel (flash, memory-efficient) for this GPU?"""
-    return (vendor, arch) not in NO_FUSED_SDPA
-
-
 @dataclass(frozen=True)
 class SdpaKernels:
     """What PyTorch's SDPA kernels take on one GPU. ``fused``: any fused kernel (flash or
@@ -53,7 +48,7 @@ ANY_GPU = SdpaKernels()  # fused kernels, no grouped-query reads: the default
 def pytorch_sdpa(vendor: str, arch: str, autocast: str | None = None) -> SdpaKernels:
     """PyTorch's SDPA kernels on this GPU, attention run in ``autocast`` (None: as exported)."""
     flash = vendor == "nvidia" and arch in FLASH_ARCHS
-    return SdpaKernels(pytorch_fuses_sdpa(vendor, arch),
+    return SdpaKernels((vendor, arch) not in NO_FUSED_SDPA,
                        FLASH_DTYPES if flash else frozenset(), autocast)
 
 
@@ -68,7 +63,7 @@ def grouped_kv(k: TensorInfo, v: TensorInfo, out: Sequence[NodeResult], readers:
 
 
 def _repeated(t: TensorInfo, out: Sequence[NodeResult], readers: SoleReaders,
-                   produced_at: Mapping[str, int]) -> tuple[TensorInfo, tuple[int, ...]] | None:
+              produced_at: Mapping[str, int]) -> tuple[TensorInfo, tuple[int, ...]] | None:
     """K or V before ``repeat_kv`` (B, Hkv, S, D) and its Unsqueeze, Expand and Reshape, each
     result read by the next alone; None when ``t`` is no such repeat."""
     steps, x = [], t
